@@ -1,0 +1,25 @@
+"""GPT-2 shapes for study A: `experiments/gpt2.py:SIZE[,PLACEMENT]`, e.g. `124m,peri`.
+
+SIZE is 124m | 350m | 774m | 1.5b (vocab 50257, context 1024, LayerNorm with bias).
+PLACEMENT is post | pre | peri (default pre, as GPT-2).
+"""
+from nplace.config import PLACEMENTS, base_config
+
+SIZES = {  # n_layer, n_head, d_model
+    "124m": (12, 12, 768),
+    "350m": (24, 16, 1024),
+    "774m": (36, 20, 1280),
+    "1.5b": (48, 25, 1600),
+}
+
+
+def get_config(arg: str = "124m"):
+  size, *rest = arg.split(",")
+  if size not in SIZES or len(rest) > 1 or (rest and rest[0] not in PLACEMENTS):
+    raise ValueError(f"gpt2 variant {arg!r}: expected SIZE[,PLACEMENT] with SIZE in "
+                     f"{', '.join(SIZES)} and PLACEMENT in {', '.join(PLACEMENTS)}")
+  c = base_config()
+  c.model.n_layer, c.model.n_head, c.model.d_model = SIZES[size]
+  if rest:
+    c.model.placement = rest[0]
+  return c

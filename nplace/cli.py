@@ -1,0 +1,93 @@
+"""`nplace COMMAND [flags]`: the console script.
+
+Every command that takes `--config FILE[:ARG]` accepts `--config.a.b=value`
+overrides (ml_collections config_flags). Bad input ends with one line on stderr
+and exit code 2, before anything is built or compiled.
+"""
+import json
+import sys
+
+from absl import flags
+from ml_collections import config_flags
+
+from nplace.config import ConfigError, validate
+
+USAGE = "usage: nplace {info,demo} [--config FILE[:ARG]] [--config.KEY=VALUE ...] [--json]"
+
+
+class UsageError(Exception):
+  """Bad command-line input; reported as one line, exit code 2."""
+
+
+def parse_flags(argv, define=None, need_config=True):
+  """Parses argv (without the command name) into a FlagValues; validates the config."""
+  fv = flags.FlagValues()
+  argv = ["nplace", *argv]
+  # sys_argv: config_flags finds the overrides there, not in sys.argv, so main(argv) works in-process.
+  config_flags.DEFINE_config_file("config", None, "config file, FILE[:ARG]", flag_values=fv,
+                                  sys_argv=argv)
+  if define:
+    define(fv)
+  try:
+    extra = fv(argv)[1:]
+    config = fv.config
+    if config is not None:
+      getattr(config, "model", None)  # a config file that failed to load raises OSError here
+  except (flags.Error, OSError) as e:
+    raise UsageError(_one_line(e)) from None
+  except (AttributeError, KeyError) as e:  # an override naming a key the config lacks
+    key = str(e).strip("\"'")
+    where = next((a for a in argv if a.startswith("--config.") and f".{key}" in a), key)
+    raise UsageError(f"no such config key {key!r} (in {where})") from None
+  if extra:
+    raise UsageError(f"unexpected argument {extra[0]!r}")
+  if need_config:
+    if config is None:
+      raise UsageError("--config is required")
+    validate(config)
+  return fv
+
+
+def _one_line(error: Exception) -> str:
+  """The first line and, past a traceback, the exception it ended in."""
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  if any(line.startswith("Traceback") for line in lines):
+    lines = [lines[0].split("Traceback")[0], lines[-1]]
+  return " ".join(lines)
+
+
+def cmd_info(argv):
+  fv = parse_flags(argv, lambda f: flags.DEFINE_bool("json", False, "print JSON", flag_values=f))
+  from nplace.info import model_info
+  info = model_info(fv.config)
+  if fv.json:
+    print(json.dumps(info))
+  else:
+    print("\n".join(f"{k:16s} {v:,}" if isinstance(v, int) else f"{k:16s} {v}"
+                    for k, v in info.items()))
+
+
+def cmd_demo(argv):
+  parse_flags(argv, need_config=False)
+  from nplace import demo
+  demo.main()
+
+
+COMMANDS = {"info": cmd_info, "demo": cmd_demo}
+
+
+def main(argv=None):
+  argv = sys.argv[1:] if argv is None else argv
+  if not argv or argv[0] not in COMMANDS:
+    print(USAGE, file=sys.stderr)
+    return 2
+  try:
+    COMMANDS[argv[0]](argv[1:])
+  except (UsageError, ConfigError) as e:
+    print(f"nplace {argv[0]}: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

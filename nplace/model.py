@@ -1,0 +1,125 @@
+"""The decoder: a GPT-2-style stack whose block takes the norm placement as data.
+
+Used functionally: `init(cfg, key)` gives a params pytree, `apply(cfg, params,
+tokens)` gives logits. `cfg` is `config.model` (frozen on the way in).
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from nplace.layers import Attention, Mlp, Norm, embed_std
+
+REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+class Block(nn.Module):
+  """One layer: attention then MLP, each wrapped by the placement's norms."""
+  cfg: object
+
+  @nn.compact
+  def __call__(self, h_BTD, _):
+    cfg, dt = self.cfg, self.cfg.dt
+    for name, Branch in (("attn", Attention), ("mlp", Mlp)):
+      branch = Branch(cfg, name=name)
+      if cfg.placement == "post":    # h <- N(h + dt F(h))
+        h_BTD = Norm(cfg, name=f"{name}_norm")(h_BTD + dt * branch(h_BTD))
+      elif cfg.placement == "pre":   # h <- h + dt F(N(h))
+        h_BTD = h_BTD + dt * branch(Norm(cfg, name=f"{name}_norm")(h_BTD))
+      else:                          # peri: h <- h + dt N_out(F(N_in(h)))
+        h_BTD = h_BTD + dt * Norm(cfg, name=f"{name}_norm_out")(
+            branch(Norm(cfg, name=f"{name}_norm_in")(h_BTD)))
+    h_BTD = self.perturb("h", h_BTD)
+    self.sow("intermediates", "h", h_BTD)
+    return h_BTD, None
+
+
+def _scanned_blocks(cfg):
+  block = Block
+  if cfg.remat != "none":
+    block = nn.remat(Block, policy=REMAT_POLICIES[cfg.remat], prevent_cse=False)
+  return nn.scan(
+      block,
+      variable_axes={"params": 0, "perturbations": 0, "intermediates": 0},
+      split_rngs={"params": True},
+      length=cfg.n_layer,
+      metadata_params={nn.PARTITION_NAME: "layers"},
+  )
+
+
+class Decoder(nn.Module):
+  """Token + position embedding, scanned blocks, final norm (pre/peri), tied LM head."""
+  cfg: object
+
+  @nn.compact
+  def __call__(self, tokens_BT):
+    cfg = self.cfg
+    embed_init = nn.initializers.normal(embed_std(cfg))
+    wte = nn.Embed(cfg.vocab_size, cfg.d_model, name="wte",
+                   embedding_init=nn.with_logical_partitioning(embed_init, ("vocab", "embed")))
+    wpe = nn.Embed(cfg.max_len, cfg.d_model, name="wpe",
+                   embedding_init=nn.with_logical_partitioning(embed_init, ("position", "embed")))
+    T = tokens_BT.shape[1]
+    h_BTD = (wte(tokens_BT) + wpe(jnp.arange(T))[None]).astype(cfg.dtype)
+    if cfg.embed_norm:
+      h_BTD = Norm(cfg, name="embed_norm")(h_BTD)
+    h_BTD = self.perturb("h0", h_BTD)
+    h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, None)
+    if cfg.placement != "post":  # post already ends on a norm
+      h_BTD = Norm(cfg, name="final_norm")(h_BTD)
+    return wte.attend(h_BTD).astype(jnp.float32)
+
+
+def freeze(cfg) -> ml_collections.FrozenConfigDict:
+  """Model config as a hashable, immutable value (accepts a ConfigDict or a frozen one)."""
+  return ml_collections.FrozenConfigDict(cfg)
+
+
+def _dummy_tokens(cfg):
+  return jnp.zeros((1, min(cfg.max_len, 8)), jnp.int32)
+
+
+def init_boxed(cfg, key):
+  """Parameters with their logical-axis metadata (nn.LogicallyPartitioned boxes)."""
+  cfg = freeze(cfg)
+  return Decoder(cfg).init(key, _dummy_tokens(cfg))["params"]
+
+
+def init(cfg, key):
+  """A params pytree of plain arrays."""
+  return nn.unbox(init_boxed(cfg, key))
+
+
+def _abstract_boxed(cfg):
+  return jax.eval_shape(lambda key: init_boxed(cfg, key), jax.random.key(0))
+
+
+def abstract_params(cfg):
+  """Shapes and dtypes of the params, with no memory allocated."""
+  return nn.unbox(_abstract_boxed(cfg))
+
+
+def logical_specs(cfg):
+  """A PartitionSpec of logical axis names for every parameter."""
+  return nn.get_partition_spec(_abstract_boxed(cfg))
+
+
+def apply(cfg, params, tokens_BT, **kwargs):
+  """Logits [B, T, vocab] in float32. kwargs go to `Module.apply` (mutable=, ...)."""
+  variables = {"params": params, **kwargs.pop("extra_variables", {})}
+  return Decoder(freeze(cfg)).apply(variables, tokens_BT, **kwargs)
+
+
+def cross_entropy(logits_BTV, targets_BT):
+  """Mean next-token cross-entropy in nats."""
+  return optax.softmax_cross_entropy_with_integer_labels(logits_BTV, targets_BT).mean()
+
+
+def loss(cfg, params, batch_BT1):
+  """Loss on a `[B, T+1]` window: inputs are the first T tokens, targets the last T."""
+  return cross_entropy(apply(cfg, params, batch_BT1[:, :-1]), batch_BT1[:, 1:])

@@ -1,0 +1,74 @@
+"""The console script: `nplace info`, and bad input as one line + exit code 2."""
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from nplace import cli
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GPT2 = str(ROOT / "experiments/gpt2.py")
+
+
+def run_main(capsys, *argv):
+  code = cli.main(list(argv))
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+@pytest.mark.parametrize("override,key", [
+    ("--config.model.placement=bogus", "model.placement"),
+    ("--config.model.norm=batchnorm", "model.norm"),
+    ("--config.model.attention=linear", "model.attention"),
+    ("--config.model.init=xavier", "model.init"),
+    ("--config.model.mlp=relu", "model.mlp"),
+    ("--config.model.remat=some", "model.remat"),
+    ("--config.model.dtype=float16", "model.dtype"),
+    ("--config.model.n_head=7", "model.d_model"),
+    ("--config.model.dt=0", "model.dt"),
+    ("--config.model.dt=-0.1", "model.dt"),
+    ("--config.data.seq_len=1025", "data.seq_len"),
+    ("--config.model.n_layer=0", "model.n_layer"),
+    ("--config.model.d_model=-8", "model.d_model"),
+    ("--config.model.vocab_size=0", "model.vocab_size"),
+    ("--config.model.d_ff=0", "model.d_ff"),
+    ("--config.train.batch_size=0", "train.batch_size"),
+    ("--config.model.bogus=1", "bogus"),
+    ("--config.model.n_layer=abc", "model.n_layer"),
+])
+def test_config_errors_are_one_line(capsys, override, key):
+  code, out, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", override)
+  assert code == 2 and out == ""
+  assert err.count("\n") == 1 and key in err, err
+
+
+def test_placement_error_lists_valid_choices(capsys):
+  _, _, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", "--config.model.placement=bogus")
+  assert "placement" in err and all(p in err for p in ("post", "pre", "peri"))
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["info"], "--config"),
+    (["info", "--config", "no/such/file.py"], "no/such/file.py"),
+    (["info", "--config", f"{GPT2}:999m"], "999m"),
+    (["info", "--config", f"{GPT2}:124m", "stray"], "stray"),
+    (["bogus-command"], "usage"),
+])
+def test_usage_errors_are_one_line(capsys, argv, needle):
+  code, _, err = run_main(capsys, *argv)
+  assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_console_script_info_json_and_error():
+  nplace = pathlib.Path(sys.executable).parent / "nplace"
+  done = subprocess.run([nplace, "info", "--config", f"{GPT2}:124m,peri", "--json"],
+                        capture_output=True, text=True, check=True, cwd=ROOT)
+  info = json.loads(done.stdout)
+  assert info["params"] == 124_439_808 + 4 * 768 * 12 and info["placement"] == "peri"
+  assert {"params", "flops_per_token", "state_bytes"} <= info.keys()
+  bad = subprocess.run([nplace, "info", "--config", f"{GPT2}:124m", "--config.model.placement=bogus"],
+                       capture_output=True, text=True, cwd=ROOT)
+  assert bad.returncode == 2 and "Traceback" not in bad.stderr
+  assert [l for l in bad.stderr.splitlines() if "placement" in l] == [bad.stderr.strip().splitlines()[-1]]

@@ -1,0 +1,36 @@
+"""Parameter counts against GPT-2's published sizes (SCIENCE.md's reference table)."""
+import pytest
+
+from nplace.config import experiment
+from nplace.info import model_info
+
+GPT2_PARAMS = {"124m": 124_439_808, "350m": 354_823_168, "774m": 774_030_080, "1.5b": 1_557_611_200}
+
+
+@pytest.mark.parametrize("size", GPT2_PARAMS)
+def test_gpt2_parameter_counts(size):
+  pre = model_info(experiment("gpt2", size))
+  assert pre["params"] == GPT2_PARAMS[size]
+  peri = experiment("gpt2", f"{size},peri")
+  d, L = peri.model.d_model, peri.model.n_layer
+  assert model_info(peri)["params"] == GPT2_PARAMS[size] + 4 * d * L
+  # Post-LN has no final norm (its last op is already a norm): 2d fewer.
+  assert model_info(experiment("gpt2", f"{size},post"))["params"] == GPT2_PARAMS[size] - 2 * d
+
+
+def test_flops_and_state_bytes():
+  info = model_info(experiment("gpt2", "124m"))
+  n_matmul = GPT2_PARAMS["124m"] - 1024 * 768  # the position table does no multiply
+  assert info["flops_per_token"] == 6 * n_matmul + 12 * 12 * 1024 * 768
+  assert info["state_bytes"] == 3 * 4 * GPT2_PARAMS["124m"] + 4  # f32 params, mu, nu; int32 count
+
+
+def test_rmsnorm_and_swiglu_change_counts():
+  c = experiment("gpt2", "124m,peri")
+  c.model.norm = "rmsnorm"
+  d, L = 768, 12
+  # RMSNorm drops every norm's bias: 4 norms per layer + the final one, d each.
+  assert model_info(c)["params"] == GPT2_PARAMS["124m"] + 4 * d * L - (4 * L + 1) * d
+  c = experiment("gpt2", "124m")
+  c.model.mlp = "swiglu"
+  assert model_info(c)["params"] == GPT2_PARAMS["124m"] + L * (d * 4 * d + 4 * d)

@@ -1,0 +1,63 @@
+"""Layers in isolation: the norm, attention (softmax and centered) and the Cesàro matrix."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nplace import layers, model
+import reference
+
+
+def test_cesaro_rows_are_prefix_averages():
+  C = np.asarray(layers.cesaro(5))
+  x = np.arange(5.0) ** 2
+  np.testing.assert_allclose(C @ x, np.cumsum(x) / np.arange(1, 6))
+
+
+@pytest.mark.parametrize("norm", ("layernorm", "rmsnorm"))
+def test_norm_equals_formula(make_config, norm):
+  cfg = model.freeze(make_config(norm=norm).model)
+  z = 3.0 * jax.random.normal(jax.random.key(0), (2, 5, cfg.d_model)) + 1.5
+  p = {"scale": jax.random.normal(jax.random.key(1), (cfg.d_model,))}
+  if norm == "layernorm":
+    p["bias"] = jax.random.normal(jax.random.key(2), (cfg.d_model,))
+  got = layers.Norm(cfg).apply({"params": p}, z)
+  np.testing.assert_allclose(got, reference.norm(p, z, norm, cfg.norm_eps), rtol=1e-5, atol=1e-5)
+
+
+def attention_params(cfg, key, zero_qk=False):
+  p = layers.Attention(cfg).init(key, jnp.zeros((1, 4, cfg.d_model)))["params"]
+  p = jax.tree.map(lambda x: jax.random.normal(key, x.shape), nn.unbox(p))
+  if zero_qk:
+    p["q"] = jax.tree.map(jnp.zeros_like, p["q"])
+  return p
+
+
+def test_uniform_softmax_attention_is_the_prefix_average(make_config):
+  cfg = model.freeze(make_config(attention="softmax", use_bias=False).model)
+  p = attention_params(cfg, jax.random.key(3), zero_qk=True)
+  x = jax.random.normal(jax.random.key(4), (2, 9, cfg.d_model))
+  v = jnp.einsum("btd,dhk->bthk", x, p["v"]["kernel"])
+  want = jnp.einsum("bthk,hkd->btd", jnp.einsum("ts,bshk->bthk", layers.cesaro(9), v), p["o"]["kernel"])
+  np.testing.assert_allclose(layers.Attention(cfg).apply({"params": p}, x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_centered_attention_on_uniform_weights_outputs_zero(make_config):
+  cfg = model.freeze(make_config(attention="centered", use_bias=False).model)
+  p = attention_params(cfg, jax.random.key(5), zero_qk=True)
+  x = jax.random.normal(jax.random.key(6), (2, 9, cfg.d_model))
+  out = layers.Attention(cfg).apply({"params": p}, x)
+  np.testing.assert_allclose(out, 0.0, atol=1e-5)
+  softmax = model.freeze(make_config(attention="softmax", use_bias=False).model)
+  assert np.abs(layers.Attention(softmax).apply({"params": p}, x)).mean() > 0.1
+
+
+def test_attention_equals_formula(make_config):
+  for attention in ("softmax", "centered"):
+    cfg = model.freeze(make_config(attention=attention).model)
+    p = attention_params(cfg, jax.random.key(7))
+    x = 0.3 * jax.random.normal(jax.random.key(8), (2, 6, cfg.d_model))
+    np.testing.assert_allclose(layers.Attention(cfg).apply({"params": p}, x),
+                               reference.attention(p, x, cfg.n_head, attention == "centered"),
+                               rtol=1e-5, atol=1e-5)

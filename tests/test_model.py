@@ -1,0 +1,133 @@
+"""The decoder against its formulas written out in plain jnp (tests/reference.py)."""
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nplace import model
+import reference
+
+PLACEMENTS = ("post", "pre", "peri")
+
+
+def random_params(cfg, key, std=0.3):
+  """Every parameter, biases and gains included, drawn at random so no term hides at zero."""
+  shapes = model.abstract_params(cfg)
+  leaves, tree = jax.tree.flatten(shapes)
+  keys = jax.random.split(key, len(leaves))
+  return jax.tree.unflatten(tree, [std * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+
+
+def layer(params, l):
+  return jax.tree.map(lambda x: x[l], params["blocks"])
+
+
+def block_out(cfg, p_layer, h):
+  return model.Block(model.freeze(cfg)).apply({"params": p_layer}, h, None)[0]
+
+
+@pytest.mark.parametrize("placement,norm,mlp,dt", [
+    (p, n, f, dt) for p, n, f in itertools.product(PLACEMENTS, ("layernorm", "rmsnorm"), ("gelu", "swiglu"))
+    for dt in (0.1,)] + [(p, "layernorm", "gelu", 1.0) for p in PLACEMENTS])
+def test_block_equals_formula(make_config, placement, norm, mlp, dt):
+  cfg = make_config(placement=placement, norm=norm, mlp=mlp, dt=dt).model
+  params = random_params(cfg, jax.random.key(0))
+  h = jax.random.normal(jax.random.key(1), (2, 7, cfg.d_model))
+  got = block_out(cfg, layer(params, 0), h)
+  want = reference.block(layer(params, 0), h, cfg, dt=None if dt == 1.0 else dt)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_centered_attention_block_equals_formula(make_config, placement):
+  cfg = make_config(placement=placement, attention="centered").model
+  params = random_params(cfg, jax.random.key(2))
+  h = jax.random.normal(jax.random.key(3), (2, 9, cfg.d_model))
+  np.testing.assert_allclose(block_out(cfg, layer(params, 1), h),
+                             reference.block(layer(params, 1), h, cfg, cfg.dt), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("placement,embed_norm,remat", [
+    ("post", False, "full"), ("pre", False, "dots"), ("peri", True, "none"), ("peri", False, "dots_no_batch")])
+def test_decoder_equals_formula(make_config, placement, embed_norm, remat):
+  """Scanned, rematerialised stack == the layers applied one by one."""
+  cfg = make_config(placement=placement, embed_norm=embed_norm, remat=remat, n_layer=3, dt=0.5).model
+  params = random_params(cfg, jax.random.key(4), std=0.2)
+  tokens = jax.random.randint(jax.random.key(5), (2, 11), 0, cfg.vocab_size)
+  np.testing.assert_allclose(model.apply(cfg, params, tokens), reference.decoder(params, tokens, cfg),
+                             rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_causal(make_config, placement):
+  cfg = make_config(placement=placement).model
+  params = random_params(cfg, jax.random.key(6))
+  tokens = jax.random.randint(jax.random.key(7), (1, 12), 0, cfg.vocab_size)
+  t = 6
+  changed = tokens.at[0, t].set((tokens[0, t] + 1) % cfg.vocab_size)
+  a, b = model.apply(cfg, params, tokens), model.apply(cfg, params, changed)
+  np.testing.assert_array_equal(a[:, :t], b[:, :t])
+  assert not np.allclose(a[:, t:], b[:, t:])
+
+
+def test_dt_one_is_unscaled_and_dt_scales_branch(make_config):
+  cfg1 = make_config(placement="pre", dt=1.0).model
+  params = random_params(cfg1, jax.random.key(8))
+  h = jax.random.normal(jax.random.key(9), (2, 5, cfg1.d_model))
+  p0 = layer(params, 0)
+  np.testing.assert_allclose(block_out(cfg1, p0, h), reference.block(p0, h, cfg1, dt=None), rtol=1e-6, atol=1e-6)
+  # With the MLP branch off, a pre block is h + dt * attention(N(h)): the step is linear in dt.
+  p0 = jax.tree.map(jnp.zeros_like, p0) | {k: v for k, v in p0.items() if k != "mlp"}
+  cfg2 = make_config(placement="pre", dt=0.25).model
+  np.testing.assert_allclose(block_out(cfg2, p0, h) - h, 0.25 * (block_out(cfg1, p0, h) - h), rtol=1e-5, atol=1e-6)
+
+
+def scale_outputs(p_layer, c, branches=("attn", "mlp")):
+  out = {"attn": "o", "mlp": "fc_out"}
+  p = jax.tree.map(lambda x: x, p_layer)
+  for b in branches:
+    p[b] = dict(p[b]) | {out[b]: jax.tree.map(lambda x: c * x, p[b][out[b]])}
+  return p
+
+
+@pytest.mark.parametrize("norm", ("layernorm", "rmsnorm"))
+def test_peri_block_invariant_to_output_scale(make_config, norm):
+  cfg = make_config(placement="peri", norm=norm, norm_eps=1e-12).model
+  p = layer(random_params(cfg, jax.random.key(10)), 0)
+  h = jax.random.normal(jax.random.key(11), (2, 8, cfg.d_model))
+  for c in (0.05, 7.0):
+    np.testing.assert_allclose(block_out(cfg, scale_outputs(p, c), h), block_out(cfg, p, h), rtol=1e-4, atol=1e-5)
+
+
+def test_pre_block_branch_scales_with_output_scale(make_config):
+  cfg = make_config(placement="pre").model
+  p = layer(random_params(cfg, jax.random.key(12)), 0)
+  h = jax.random.normal(jax.random.key(13), (2, 8, cfg.d_model))
+  # Zeroing the MLP's output projection leaves h1 = h + attn(N(h)), the input of the MLP branch.
+  h1 = block_out(cfg, scale_outputs(p, 0.0, ["mlp"]), h)
+  branch = block_out(cfg, p, h) - h1
+  np.testing.assert_allclose(block_out(cfg, scale_outputs(p, 7.0, ["mlp"]), h) - h1, 7.0 * branch, rtol=1e-4, atol=1e-5)
+  assert np.abs(branch).mean() > 0.1
+
+
+def test_init_schemes_set_weight_scale(make_config):
+  key = jax.random.key(14)
+  gpt2 = model.init(make_config(init="gpt2", n_layer=8, d_model=64).model, key)
+  np.testing.assert_allclose(np.std(gpt2["blocks"]["attn"]["q"]["kernel"]), 0.02, rtol=0.05)
+  np.testing.assert_allclose(np.std(gpt2["blocks"]["mlp"]["fc_out"]["kernel"]), 0.02 / 4, rtol=0.05)
+  vp = model.init(make_config(init="variance_preserving", n_layer=8, d_model=64).model, key)
+  np.testing.assert_allclose(np.std(vp["blocks"]["mlp"]["fc_out"]["kernel"]), 256 ** -0.5, rtol=0.05)
+  np.testing.assert_allclose(np.std(vp["wte"]["embedding"]), 1.0, rtol=0.05)
+  normal = model.init(make_config(init="normal", init_std=0.1, n_layer=8, d_model=64).model, key)
+  np.testing.assert_allclose(np.std(normal["blocks"]["attn"]["o"]["kernel"]), 0.1, rtol=0.05)
+
+
+def test_every_param_has_logical_axes(make_config):
+  cfg = make_config(placement="peri", embed_norm=True).model
+  specs, shapes = model.logical_specs(cfg), model.abstract_params(cfg)
+  for spec, shape in zip(jax.tree.leaves(specs, is_leaf=lambda x: x is not None and not isinstance(x, dict)),
+                         jax.tree.leaves(shapes)):
+    assert len(spec) == len(shape.shape) and all(spec), (spec, shape.shape)
+  assert tuple(specs["blocks"]["attn"]["q"]["kernel"]) == ("layers", "embed", "heads", "kv")
