@@ -1,10 +1,11 @@
 """`nplace COMMAND [flags]`: the console script.
 
-Every command that takes `--config FILE[:ARG]` accepts `--config.a.b=value`
-overrides (ml_collections config_flags). Bad input ends with one line on stderr
-and exit code 2, before anything is built or compiled.
+Each command is a module with `main(argv)` (listed in COMMANDS, imported only when
+run) that parses its flags with `parse_flags`. `--config FILE[:ARG]` accepts
+`--config.a.b=value` overrides (ml_collections config_flags). Bad input ends with
+one line on stderr and exit code 2, before anything is built or compiled.
 """
-import json
+import importlib
 import sys
 
 from absl import flags
@@ -12,7 +13,11 @@ from ml_collections import config_flags
 
 from nplace.config import ConfigError, validate
 
-USAGE = "usage: nplace {info,demo} [--config FILE[:ARG]] [--config.KEY=VALUE ...] [--json]"
+COMMANDS = {  # name -> module whose main(argv) runs it
+    "info": "nplace.info",
+    "demo": "nplace.demo",
+}
+USAGE = f"usage: nplace {{{','.join(COMMANDS)}}} [--config FILE[:ARG]] [--config.KEY=VALUE ...]"
 
 
 class UsageError(Exception):
@@ -56,33 +61,13 @@ def _one_line(error: Exception) -> str:
   return " ".join(lines)
 
 
-def cmd_info(argv):
-  fv = parse_flags(argv, lambda f: flags.DEFINE_bool("json", False, "print JSON", flag_values=f))
-  from nplace.info import model_info
-  info = model_info(fv.config)
-  if fv.json:
-    print(json.dumps(info))
-  else:
-    print("\n".join(f"{k:16s} {v:,}" if isinstance(v, int) else f"{k:16s} {v}"
-                    for k, v in info.items()))
-
-
-def cmd_demo(argv):
-  parse_flags(argv, need_config=False)
-  from nplace import demo
-  demo.main()
-
-
-COMMANDS = {"info": cmd_info, "demo": cmd_demo}
-
-
 def main(argv=None):
   argv = sys.argv[1:] if argv is None else argv
   if not argv or argv[0] not in COMMANDS:
     print(USAGE, file=sys.stderr)
     return 2
   try:
-    COMMANDS[argv[0]](argv[1:])
+    importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
   except (UsageError, ConfigError) as e:
     print(f"nplace {argv[0]}: {e}", file=sys.stderr)
     return 2

@@ -58,6 +58,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.model = model_config()
   c.data = ml_collections.ConfigDict()
   c.data.seq_len = 1024  # tokens per training window (<= model.max_len)
+  c.data.source = "synthetic"  # synthetic | text:PATH | tfds:NAME[/CONFIG]:SPLIT | openwebtext
+  c.data.tokenizer = "byte"  # byte | gpt2 (the synthetic source emits its own token ids)
+  c.probe = ml_collections.ConfigDict()
+  c.probe.every = 0  # run the probe suite every N train steps (and at step 0); 0 = off
   c.train = ml_collections.ConfigDict()
   c.train.batch_size = 8  # sequences per optimizer step, global over all devices
   c.seed = 0  # seed for parameter init and everything random not tied to data

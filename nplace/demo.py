@@ -6,7 +6,10 @@ from nplace.config import PLACEMENTS, experiment, validate
 from nplace.info import model_info
 
 
-def main():
+def main(argv=()):
+  """`nplace demo`: takes no flags."""
+  from nplace.cli import parse_flags
+  parse_flags(list(argv), need_config=False)
   for placement in PLACEMENTS:
     config = experiment("tiny", placement)
     validate(config)

@@ -1,8 +1,10 @@
 """Size and cost of a configuration, computed from shapes alone (nothing allocated)."""
+import json
 import math
 
 import jax
 import optax
+from absl import flags
 
 from nplace import model
 
@@ -33,3 +35,14 @@ def model_info(config) -> dict:
       "d_model": m.d_model,
       "seq_len": T,
   }
+
+
+def main(argv):
+  """`nplace info --config CFG [--json]`."""
+  from nplace.cli import parse_flags
+  fv = parse_flags(argv, lambda f: flags.DEFINE_bool("json", False, "print JSON", flag_values=f))
+  info = model_info(fv.config)
+  if fv.json:
+    print(json.dumps(info))
+  else:
+    print("\n".join(f"{k:16s} {v:,}" if isinstance(v, int) else f"{k:16s} {v}" for k, v in info.items()))
