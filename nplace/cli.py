@@ -12,10 +12,14 @@ from absl import flags
 from ml_collections import config_flags
 
 from nplace.config import ConfigError, validate
+from nplace.data.errors import DataError
 
 COMMANDS = {  # name -> module whose main(argv) runs it
     "info": "nplace.info",
     "demo": "nplace.demo",
+    "prepare": "nplace.data.command",
+    "train": "nplace.train",
+    "probe": "nplace.probes.command",
 }
 USAGE = f"usage: nplace {{{','.join(COMMANDS)}}} [--config FILE[:ARG]] [--config.KEY=VALUE ...]"
 
@@ -68,7 +72,7 @@ def main(argv=None):
     return 2
   try:
     importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
-  except (UsageError, ConfigError) as e:
+  except (UsageError, ConfigError, DataError) as e:
     print(f"nplace {argv[0]}: {e}", file=sys.stderr)
     return 2
   return 0

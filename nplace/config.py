@@ -60,12 +60,82 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.seq_len = 1024  # tokens per training window (<= model.max_len)
   c.data.source = "synthetic"  # synthetic | text:PATH | tfds:NAME[/CONFIG]:SPLIT | openwebtext
   c.data.tokenizer = "byte"  # byte | gpt2 (the synthetic source emits its own token ids)
+  c.data.text_field = "text"  # field holding the document in .jsonl lines and TFDS examples
+  c.data.tfds_data_dir = config_dict.placeholder(str)  # TFDS data_dir (gs:// works); None = TFDS's default
+  c.data.val_fraction = 0.01  # share of the token stream (its end) held out as the validation split
+  c.data.token_dtype = "uint16"  # dtype of the prepared shards: uint16 (vocab <= 65536) | uint32
+  c.data.cache_dir = config_dict.placeholder(str)  # where sources are prepared; None = $NPLACE_CACHE or ~/.cache/nplace/data
+  c.data.synthetic_vocab = 256  # tokens of the synthetic language (<= model.vocab_size)
+  c.data.synthetic_order = 2  # its Markov order k: the next token depends on the last k
+  c.data.synthetic_tokens = 1 << 24  # tokens it generates (train + val)
+  c.data.synthetic_seed = 0  # seed of the language and of its samples
   c.probe = ml_collections.ConfigDict()
   c.probe.every = 0  # run the probe suite every N train steps (and at step 0); 0 = off
-  c.train = ml_collections.ConfigDict()
-  c.train.batch_size = 8  # sequences per optimizer step, global over all devices
+  c.probe.batch_size = 4  # held-out sequences the probe suite runs on
+  c.probe.hutchinson_probes = 4  # Gaussian probes per Hutchinson estimate of a Jacobian's Frobenius norm
+  c.probe.power_iters = 10  # power iterations (J^T J v) per spectral-norm estimate; 0 = skip (costs O(L^2))
+  c.probe.spectral_batch = 1  # sequences (the batch's first) the spectral norms are averaged over
+  c.train = train_config()
+  c.optim = optim_config()
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.every = 100  # save every N steps (and at the end, and on SIGTERM)
+  c.checkpoint.keep = 3  # newest checkpoints kept
+  c.checkpoint.async_save = True  # write in the background while training goes on
+  c.mesh = mesh_config()
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.initialize = False  # call jax.distributed.initialize() (multi-host); TPU pods auto-detect the rest
+  c.distributed.coordinator_address = config_dict.placeholder(str)  # host:port of process 0; None = auto
+  c.distributed.num_processes = config_dict.placeholder(int)  # None = auto
+  c.distributed.process_id = config_dict.placeholder(int)  # None = auto
   c.seed = 0  # seed for parameter init and everything random not tied to data
   return c
+
+
+def train_config() -> ml_collections.ConfigDict:
+  t = ml_collections.ConfigDict()
+  t.steps = 1000  # optimizer steps in the run
+  t.batch_size = 8  # sequences per optimizer step, global over all devices
+  t.grad_accum = 1  # microbatches per step (batch_size must divide by it); gradients are summed in the step
+  t.log_every = 10  # write train/* and perf/* scalars every N steps
+  t.eval_every = 100  # evaluate on the validation split every N steps (and at the end)
+  t.eval_batches = 4  # validation batches per evaluation (always the same ones)
+  t.on_divergence = "stop"  # non-finite loss or gradient: stop (status diverged) | skip (drop the update)
+  t.spike_window = 50  # steps in the rolling window of the loss-spike detector
+  t.spike_zscore = 4.0  # a loss this many standard deviations above the window mean is a spike
+  t.peak_flops = config_dict.placeholder(float)  # peak FLOP/s per device for perf/mfu; None = device table
+  return t
+
+
+def optim_config() -> ml_collections.ConfigDict:
+  o = ml_collections.ConfigDict()
+  o.lr = 6e-4  # peak learning rate
+  o.min_lr_ratio = 0.1  # cosine decays to lr * min_lr_ratio at the last step
+  o.warmup_steps = 100  # linear warmup from 0
+  o.b1 = 0.9  # AdamW beta1
+  o.b2 = 0.95  # AdamW beta2
+  o.eps = 1e-8  # AdamW epsilon
+  o.weight_decay = 0.1  # decoupled weight decay; 0 = off
+  o.decay_norms = False  # apply weight decay to norm gains and biases
+  o.decay_biases = False  # apply weight decay to linear-layer biases
+  o.decay_embeddings = False  # apply weight decay to the token and position embeddings
+  o.clip_norm = 1.0  # clip gradients to this global norm; 0 = off
+  return o
+
+
+def mesh_config() -> ml_collections.ConfigDict:
+  m = ml_collections.ConfigDict()
+  m.data = -1  # data-parallel axis size; -1 = the devices left over
+  m.fsdp = 1  # parameter-sharded data-parallel axis size (params sharded over `embed`)
+  m.tensor = 1  # tensor-parallel axis size (heads, mlp, vocab)
+  # logical axis -> mesh axes; a logical axis not listed is replicated. `vocab` is left out:
+  # GPT-2's 50257 splits over no even axis (add ("vocab", "tensor") with a padded vocab).
+  m.rules = (
+      ("batch", ("data", "fsdp")),
+      ("embed", "fsdp"),
+      ("heads", "tensor"),
+      ("mlp", "tensor"),
+  )
+  return m
 
 
 def experiment(name: str, arg: str | None = None) -> ml_collections.ConfigDict:
@@ -109,4 +179,46 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.data.seq_len > m.max_len:
     raise ConfigError("data.seq_len", config.data.seq_len,
                       f"exceeds the position table model.max_len={m.max_len}")
-  _positive("train.batch_size", config.train.batch_size)
+  _validate_probe(config.probe)
+  _validate_training(config)
+  from nplace.data.checks import validate as validate_data  # it imports this module
+  validate_data(config)
+
+
+def _validate_probe(p) -> None:
+  if p.every < 0:
+    raise ConfigError("probe.every", p.every, "must be >= 0 (0 = off)")
+  for key in ("batch_size", "hutchinson_probes", "spectral_batch"):
+    _positive(f"probe.{key}", p[key])
+  if p.power_iters < 0:
+    raise ConfigError("probe.power_iters", p.power_iters, "must be >= 0 (0 = skip the spectral norms)")
+  if p.spectral_batch > p.batch_size:
+    raise ConfigError("probe.spectral_batch", p.spectral_batch, f"exceeds probe.batch_size={p.batch_size}")
+
+
+def _validate_training(config) -> None:
+  t, o = config.train, config.optim
+  for key in ("steps", "batch_size", "grad_accum", "log_every", "eval_every", "eval_batches",
+              "spike_window", "spike_zscore"):
+    _positive(f"train.{key}", t[key])
+  if t.batch_size % t.grad_accum:
+    raise ConfigError("train.grad_accum", t.grad_accum,
+                      f"must divide train.batch_size={t.batch_size}")
+  _one_of("train.on_divergence", t.on_divergence, ("stop", "skip"))
+  if t.peak_flops is not None:
+    _positive("train.peak_flops", t.peak_flops)
+  _positive("checkpoint.every", config.checkpoint.every)
+  _positive("checkpoint.keep", config.checkpoint.keep)
+  _positive("optim.lr", o.lr)
+  for key in ("warmup_steps", "weight_decay", "clip_norm", "eps"):
+    if o[key] < 0:
+      raise ConfigError(f"optim.{key}", o[key], "must be >= 0")
+  for key in ("min_lr_ratio", "b1", "b2"):
+    if not 0 <= o[key] <= 1:
+      raise ConfigError(f"optim.{key}", o[key], "must be in [0, 1]")
+  sizes = {axis: config.mesh[axis] for axis in ("data", "fsdp", "tensor")}
+  for axis, size in sizes.items():
+    if size == 0 or size < -1:
+      raise ConfigError(f"mesh.{axis}", size, "must be positive, or -1 to fill")
+  if list(sizes.values()).count(-1) > 1:
+    raise ConfigError("mesh", sizes, "at most one axis may be -1")

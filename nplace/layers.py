@@ -12,15 +12,17 @@ import jax.numpy as jnp
 _ZEROS = nn.initializers.zeros_init()
 
 
-def weight_init(cfg, fan_in: int, output: bool = False):
-  """The init scheme as data: gpt2 | normal | variance_preserving."""
+def weight_std(cfg, fan_in: int, output: bool = False) -> float:
+  """The init scheme as data: gpt2 | normal | variance_preserving (nplace.theory reads it too)."""
   if cfg.init == "variance_preserving":
-    std = fan_in ** -0.5
-  else:
-    std = cfg.init_std
-    if output and cfg.init == "gpt2":
-      std /= math.sqrt(2 * cfg.n_layer)
-  return nn.initializers.normal(std)
+    return fan_in ** -0.5
+  if output and cfg.init == "gpt2":
+    return cfg.init_std / math.sqrt(2 * cfg.n_layer)
+  return cfg.init_std
+
+
+def weight_init(cfg, fan_in: int, output: bool = False):
+  return nn.initializers.normal(weight_std(cfg, fan_in, output))
 
 
 def embed_std(cfg) -> float:

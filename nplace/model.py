@@ -69,6 +69,7 @@ class Decoder(nn.Module):
     if cfg.embed_norm:
       h_BTD = Norm(cfg, name="embed_norm")(h_BTD)
     h_BTD = self.perturb("h0", h_BTD)
+    self.sow("intermediates", "h0", h_BTD)  # the probes' layer 0 (per-block Jacobians start here)
     h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, None)
     if cfg.placement != "post":  # post already ends on a norm
       h_BTD = Norm(cfg, name="final_norm")(h_BTD)

@@ -1,0 +1,90 @@
+"""What the probes cost: one suite call in units of a train step, and the slowdown of a
+whole training run with `probe.every=50` against probes off (a benchmark, not a test).
+
+    .venv/bin/python benchmarks/probe_cost.py [--placement pre] [--repeats 5] [--steps 200]
+        [--config.KEY=VALUE ...]
+
+The step is the trainer's own (nplace.train_state) on experiments/tiny.py's config; the suite
+runs on probe.batch_size held-out sequences. The run comparison calls `nplace.train.train`
+twice on the synthetic source and compares the tokens/s each reports (compilation excluded:
+the suite compiles before the first step, the train step's compile is the excluded first step).
+"""
+import argparse
+import tempfile
+import time
+
+import jax
+
+from nplace.config import experiment, validate
+from nplace.probes import command, suite
+from nplace.train import train
+from trainer_step import compiled_step
+
+
+def _seconds(fn, repeats):
+  """Median wall time of fn() (blocked on its result) over `repeats` calls."""
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return sorted(times)[len(times) // 2]
+
+
+def call_cost(config, repeats):
+  state, step = compiled_step(config)
+  batch = jax.random.randint(jax.random.key(1), (config.train.batch_size, config.data.seq_len + 1),
+                             0, config.model.vocab_size)
+  probe_batch, key = command.probe_batch(config, held_out=True), command.probe_key(config)
+  start = time.perf_counter()
+  state, _ = jax.block_until_ready(step(state, batch))
+  step_compile = time.perf_counter() - start
+  start = time.perf_counter()
+  jax.block_until_ready(suite.suite(config, state["params"], probe_batch, key))
+  suite_compile = time.perf_counter() - start
+  holder = {"state": state}
+
+  def one_step():
+    holder["state"], metrics = step(holder["state"], batch)
+    return metrics
+
+  step_s = _seconds(one_step, repeats)
+  probe_s = _seconds(lambda: suite.suite(config, holder["state"]["params"], probe_batch, key), repeats)
+  print(f"compile: train step {step_compile:.1f} s, probe suite {suite_compile:.1f} s")
+  print(f"train step {step_s * 1e3:.1f} ms; probe suite {probe_s * 1e3:.1f} ms = "
+        f"{probe_s / step_s:.2f} train steps (every 50 steps: +{100 * probe_s / step_s / 50:.1f}% expected)")
+
+
+def run_overhead(config, steps):
+  rates = {}
+  for every in (0, 50):
+    config.probe.every, config.train.steps = every, steps
+    with tempfile.TemporaryDirectory() as workdir:
+      rates[every] = train(config, workdir)["tokens_per_sec"]
+  print(f"training run, {steps} steps: probes off {rates[0]:,.0f} tokens/s, every 50 "
+        f"{rates[50]:,.0f} tokens/s: slowdown {100 * (rates[0] / rates[50] - 1):.1f}% (needs < 10%)")
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--placement", default="pre")
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--steps", type=int, default=200, help="steps of each training run")
+  args, overrides = parser.parse_known_args()
+  config = experiment("tiny", args.placement)
+  for override in overrides:  # --config.section.field=value
+    key, value = override.removeprefix("--config.").split("=", 1)
+    section, field = key.split(".")
+    config[section][field] = type(config[section][field])(value)
+  config.train.eval_every = config.checkpoint.every = args.steps  # time steps and probes only
+  validate(config)
+  p = config.probe
+  print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}; tiny:{args.placement}, "
+        f"train batch {config.train.batch_size}x{config.data.seq_len}, probe batch {p.batch_size}, "
+        f"hutchinson_probes {p.hutchinson_probes}, power_iters {p.power_iters}, remat {config.model.remat}")
+  call_cost(config, args.repeats)
+  run_overhead(config, args.steps)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,97 @@
+"""Reporting a run: TensorBoard event files, the console progress line, loss-spike counting."""
+import collections
+import math
+import sys
+import time
+
+import numpy as np
+import tensorboardX
+
+# Peak dense bf16 FLOP/s per device, for perf/mfu when train.peak_flops is not set.
+PEAK_FLOPS = {
+    "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12,
+    "TPU v5": 459e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12,
+    "NVIDIA A100-SXM4-40GB": 312e12, "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA H100 80GB HBM3": 989e12, "NVIDIA H200": 989e12,
+}
+
+
+def peak_flops(device_kind: str, configured: float | None) -> float | None:
+  return configured if configured is not None else PEAK_FLOPS.get(device_kind)
+
+
+class Writer:
+  """Scalars and text as TensorBoard event files (tensorboardX: no TensorFlow needed).
+
+  Inactive off process 0. `purge_step` (the first step of a resumed run) makes TensorBoard
+  drop whatever an interrupted run wrote from that step on, so no step appears twice.
+  """
+
+  def __init__(self, logdir, purge_step: int | None, active: bool):
+    # Event files are named by the second they were opened in; the suffix keeps a quick
+    # resume from overwriting the file of the run it resumes.
+    self.summary = tensorboardX.SummaryWriter(
+        str(logdir), purge_step=purge_step, filename_suffix=f".from{purge_step or 0}") if active else None
+
+  def scalars(self, step: int, values: dict):
+    if self.summary:
+      for tag, value in values.items():
+        if value is not None:
+          self.summary.add_scalar(tag, float(value), step)
+
+  def text(self, tag: str, text: str):
+    if self.summary:
+      self.summary.add_text(tag, text, 0)
+
+  def close(self):
+    if self.summary:
+      self.summary.close()
+
+
+class Progress:
+  """step, loss, tokens/s and ETA: one rewritten line on a terminal, plain lines otherwise."""
+
+  def __init__(self, total: int, tokens_per_step: int, active: bool, stream=sys.stdout):
+    self.total, self.tokens_per_step, self.active, self.stream = total, tokens_per_step, active, stream
+    self.tty = stream.isatty()
+
+  def update(self, step: int, loss: float, tokens_per_sec: float | None):
+    if not self.active:
+      return
+    rate = f"{tokens_per_sec:,.0f} tok/s" if tokens_per_sec else "compiling"
+    eta = ""
+    if tokens_per_sec:
+      eta = f" eta {_duration(self.seconds_left(step, tokens_per_sec))}"
+    line = f"step {step}/{self.total} loss {loss:.4f} {rate}{eta}"
+    self.stream.write(f"\r{line:<70}" if self.tty else line + "\n")
+    self.stream.flush()
+
+  def seconds_left(self, step, tokens_per_sec):
+    return (self.total - step) * self.tokens_per_step / tokens_per_sec
+
+  def message(self, text: str):
+    if self.active:
+      self.stream.write(("\n" if self.tty else "") + text + "\n")
+      self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+  return time.strftime("%H:%M:%S", time.gmtime(max(seconds, 0)))
+
+
+class SpikeCounter:
+  """Counts losses more than `zscore` standard deviations above the rolling window's mean."""
+
+  def __init__(self, window: int, zscore: float):
+    self.losses = collections.deque(maxlen=window)
+    self.zscore, self.count = zscore, 0
+
+  def update(self, loss: float) -> bool:
+    spike = False
+    if len(self.losses) == self.losses.maxlen and math.isfinite(loss):
+      mean, std = np.mean(self.losses), np.std(self.losses)
+      spike = std > 0 and (loss - mean) / std > self.zscore
+    self.count += spike
+    if math.isfinite(loss):
+      self.losses.append(loss)
+    return spike

@@ -1,0 +1,87 @@
+"""The whole probe suite as one jit-able function of (params, batch), and the collapse verdict."""
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from nplace import model, theory
+from nplace.probes import attention, gradients, jacobians, representations
+from nplace.probes import taps as taps_lib
+
+THEORY_SUFFIX = "_theory"  # `<name>_theory` is a prediction drawn next to probe `<name>`
+
+
+def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
+  """Probe name -> per-layer array, on a `[B, T+1]` batch.
+
+  Per layer l = 1..L (block outputs): grad_h, grad_<matrix>, local_sensitivity, similarity,
+  rank_ratio, mean_abs, var_entry, var_data, rms, attention_tv, attention_entropy.
+  Per source layer l = 0..L-1 of J_{l->L}: jacobian_frobenius, jacobian_spectral (on the
+  first spectral_batch sequences; absent when power_iters = 0, as it costs O(L^2) passes).
+  Per sublayer (2L): <role>_scale, <role>_backward (role norm | norm_in | norm_out).
+  Length 1: loss, final_norm_*/embed_norm_* factors.
+  Theory: rms_theory (Peri-LN bound, rmsnorm), grad_h_theory (Post-LN factor product).
+  `cfg` is config.model, `probe_config` config.probe (both static under jit).
+  """
+  tokens_BT = batch_BT1[:, :-1]
+  taps = taps_lib.zero_taps(cfg, tokens_BT)
+  loss, intermediates, g_params, g_taps = gradients.backward(cfg, params, batch_BT1, taps)
+  h_LBTD = taps_lib.hidden_LBTD(intermediates)
+  k_frob, k_spec, k_local = jax.random.split(_rbg(key), 3)
+  results = {
+      "loss": loss[None],
+      "grad_h": gradients.residual_grad(g_taps),
+      **gradients.param_grads(g_params),
+      **gradients.norm_factors(params, intermediates, g_taps),
+      "jacobian_frobenius": jacobians.frobenius(cfg, params, tokens_BT, taps, k_frob,
+                                                probe_config.hutchinson_probes),
+      "local_sensitivity": jacobians.local_sensitivity(cfg, params, intermediates, k_local,
+                                                       probe_config.hutchinson_probes),
+      "similarity": representations.similarity(h_LBTD),
+      "rank_ratio": representations.rank_ratio(h_LBTD),
+      **representations.moments(h_LBTD),
+      "attention_tv": attention.prefix_average_tv(taps_lib.sown(intermediates["blocks"]["attn"]["probs"])),
+      "attention_entropy": attention.entropy(taps_lib.sown(intermediates["blocks"]["attn"]["probs"])),
+  }
+  if probe_config.power_iters:
+    spectral_BT = tokens_BT[:probe_config.spectral_batch]
+    results["jacobian_spectral"] = jacobians.spectral(
+        cfg, params, spectral_BT, taps_lib.zero_taps(cfg, spectral_BT), k_spec, probe_config.power_iters)
+  return results | _theory(cfg, params, intermediates, results)
+
+
+def _rbg(key):
+  """An RBG key seeded from `key`'s data: the probes need Gaussian vectors, not threefry's
+  stream, and threefry sampling costs ~3 s of CPU compile per call site."""
+  return jax.random.wrap_key_data(jnp.resize(jax.random.key_data(key).ravel(), 4), impl="rbg")
+
+
+def _theory(cfg, params, intermediates, results) -> dict:
+  """Predictions that need this batch's measurements (the rest live in summaries)."""
+  if cfg.placement == "peri" and cfg.norm == "rmsnorm":
+    h0 = taps_lib.sown(intermediates["h0"]).astype(jnp.float32)
+    g_max = jnp.max(jnp.abs(jnp.stack([params["blocks"][f"{b}_norm_out"]["scale"]
+                                       for b in gradients.BRANCHES])))
+    bound = theory.peri_rms_bound(jnp.sqrt(jnp.mean(h0 * h0)), cfg.n_layer, cfg.dt, g_max)
+    return {"rms" + THEORY_SUFFIX: bound}
+  if cfg.placement == "post":
+    product_L = theory.post_backward_product(results["norm_scale"])
+    return {"grad_h" + THEORY_SUFFIX: results["grad_h"][-1] * product_L}
+  return {}
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def jit_suite(cfg, params, batch_BT1, key, probe_config):
+  """run_suite compiled once per (frozen model config, frozen probe config)."""
+  return run_suite(cfg, params, batch_BT1, key, probe_config)
+
+
+def suite(config, params, batch_BT1, key) -> dict:
+  """jit_suite for a full config (freezes its model and probe sections)."""
+  return jit_suite(model.freeze(config.model), params, batch_BT1, key, model.freeze(config.probe))
+
+
+def collapsed(val_loss, frequency_loss, margin=0.05):
+  """Study B's verdict: the validation loss sits within `margin` nats of the frequency
+  loss (the unigram cross-entropy), i.e. the model predicts no better than unigram."""
+  return jnp.abs(jnp.asarray(val_loss) - frequency_loss) <= margin

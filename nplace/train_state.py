@@ -1,0 +1,96 @@
+"""The train state (step, params, optimizer state), created sharded, and the jitted steps."""
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from nplace import model, optim, sharding
+
+
+def _init_boxed(config, key):
+  params = model.init_boxed(config.model, key)
+  return {"step": jnp.zeros((), jnp.int32), "params": params,
+          "opt_state": optim.make(config.optim, config.train.steps).init(params)}
+
+
+def abstract_boxed(config):
+  """The state's shapes with logical-axis boxes; nothing allocated."""
+  return jax.eval_shape(functools.partial(_init_boxed, config), jax.random.key(0))
+
+
+def abstract(config):
+  return nn.unbox(abstract_boxed(config))
+
+
+def shardings(config, mesh):
+  return sharding.logical_to_shardings(abstract_boxed(config), mesh, config.mesh)
+
+
+def init(config, state_shardings):
+  """A fresh state, each array created directly in its sharded layout."""
+  init_fn = jax.jit(lambda key: nn.unbox(_init_boxed(config, key)), out_shardings=state_shardings)
+  return init_fn(jax.random.key(config.seed))
+
+
+def _microbatches(batch_BT1, k):
+  """[B, T+1] -> [k, B/k, T+1], microbatch j = rows j, j+k, ...: each device's contiguous
+  block of rows stays on that device, so the split moves no data."""
+  B = batch_BT1.shape[0]
+  return batch_BT1.reshape(B // k, k, -1).swapaxes(0, 1)
+
+
+def make_train_step(config):
+  """step(state, batch) -> (state, metrics). A non-finite loss or gradient leaves the params
+  and optimizer state as they were (the run then stops or skips, per train.on_divergence)."""
+  tx = optim.make(config.optim, config.train.steps)
+  lr_at = optim.schedule(config.optim, config.train.steps)
+  grad_fn = jax.value_and_grad(functools.partial(model.loss, model.freeze(config.model)))
+  k = config.train.grad_accum
+
+  def step(state, batch_BT1):
+    params = state["params"]
+    if k == 1:
+      loss, grads = grad_fn(params, batch_BT1)
+    else:
+      def accumulate(total, micro_BT1):
+        return jax.tree.map(jnp.add, total, grad_fn(params, micro_BT1)), None
+      zeros = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+      (loss, grads), _ = jax.lax.scan(accumulate, zeros, _microbatches(batch_BT1, k))
+      loss, grads = jax.tree.map(lambda x: x / k, (loss, grads))
+    grad_norm = optax.tree.norm(grads)
+    updates, opt_state = tx.update(grads, state["opt_state"], params)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    keep_if_finite = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
+    new_state = {"step": state["step"] + 1,
+                 "params": keep_if_finite(optax.apply_updates(params, updates), params),
+                 "opt_state": keep_if_finite(opt_state, state["opt_state"])}
+    return new_state, {"loss": loss, "grad_norm": grad_norm, "lr": lr_at(state["step"]), "finite": finite}
+
+  return step
+
+
+def make_eval_step(config):
+  """eval(params, batch) -> (sum of token-mean losses, sum of per-sequence perplexities, sequences).
+
+  Perplexity follows the papers' evaluation: the mean over sequences of exp(mean token CE)."""
+  cfg = model.freeze(config.model)
+
+  def evaluate(params, batch_BT1):
+    logits_BTV = model.apply(cfg, params, batch_BT1[:, :-1])
+    loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, batch_BT1[:, 1:]).mean(-1)
+    return {"loss_sum": loss_B.sum(), "ppl_sum": jnp.exp(loss_B).sum(), "count": loss_B.shape[0]}
+
+  return evaluate
+
+
+def compile_steps(config, mesh, state_shardings):
+  """The train and eval steps, jitted with explicit shardings; the state is donated."""
+  batch = sharding.batch_sharding(mesh, config.mesh)
+  rep = sharding.replicated(mesh)
+  train_step = jax.jit(make_train_step(config), in_shardings=(state_shardings, batch),
+                       out_shardings=(state_shardings, rep), donate_argnums=0)
+  eval_step = jax.jit(make_eval_step(config), in_shardings=(state_shardings["params"], batch),
+                      out_shardings=rep)
+  return train_step, eval_step

@@ -1,0 +1,40 @@
+"""Checkpoints: a corrupted newest checkpoint is reported and the previous one is used."""
+import grain
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from nplace import checkpoint, sharding
+
+
+def _setup(tmp_path):
+  cfg = ml_collections.ConfigDict({"every": 1, "keep": 5, "async_save": True})
+  mngr = checkpoint.manager(tmp_path, cfg)
+  it = iter(grain.MapDataset.range(100).batch(2).to_iter_dataset())
+  return mngr, it, ml_collections.ConfigDict({"note": "test"})
+
+
+def test_corrupted_newest_checkpoint_falls_back_to_previous(tmp_path, capsys):
+  mngr, it, config = _setup(tmp_path)
+  states = {s: {"w": jnp.full((4, 3), float(s)), "step": jnp.asarray(s)} for s in (1, 2)}
+  for s in (1, 2):
+    next(it)
+    checkpoint.save(mngr, s, states[s], it, config)
+  mngr.wait_until_finished()
+  for f in (tmp_path / "checkpoints/2/state").rglob("*"):
+    if f.is_file():
+      f.write_bytes(b"garbage")
+  mngr = checkpoint.manager(tmp_path, ml_collections.ConfigDict({"every": 1, "keep": 5, "async_save": True}))
+  fresh = iter(grain.MapDataset.range(100).batch(2).to_iter_dataset())
+  mesh = sharding.make_mesh(ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1}))
+  abstract = jax.eval_shape(lambda: states[1])
+  restored, step = checkpoint.restore_latest(mngr, abstract, jax.tree.map(lambda _: sharding.replicated(mesh), abstract), fresh)
+  assert step == 1 and "checkpoint 2 failed to restore" in capsys.readouterr().err
+  np.testing.assert_array_equal(restored["w"], states[1]["w"])
+  np.testing.assert_array_equal(next(fresh), [2, 3])  # the iterator resumes after the one batch taken
+
+
+def test_no_checkpoint_means_fresh_start(tmp_path):
+  mngr, it, _ = _setup(tmp_path)
+  assert checkpoint.restore_latest(mngr, {}, {}, it) == (None, 0)

@@ -1,0 +1,269 @@
+"""`prepare` and `nplace prepare`: round trips, meta.json, idempotence, bad input."""
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from nplace import cli
+from nplace.config import base_config
+from nplace.data import prepare as P
+from nplace.data import tokenizers
+from nplace.data.errors import DataError
+from test_data_tokenizers import tiny_bpe
+
+DOCS = ["first document\nwith two lines\n", "zweites Dokument: naïve — 東京", "3rd " * 40]
+
+
+def data_config(tmp_path, source, **overrides):
+  d = base_config().data
+  d.update(source=source, cache_dir=str(tmp_path / "cache"), seq_len=8, val_fraction=0.25)
+  d.update(**overrides)
+  return d
+
+
+def all_tokens(directory) -> np.ndarray:
+  """Train then val tokens, straight from the shard files meta.json lists."""
+  meta = P.read_meta(directory)
+  return np.concatenate([np.fromfile(directory / name, meta["dtype"])
+                         for split in ("train", "val") for name, _ in meta["shards"][split]])
+
+
+def documents(tokens, tokenizer):
+  cuts = np.flatnonzero(tokens == tokenizer.eos)
+  assert cuts[-1] == len(tokens) - 1  # EOS ends the last document too
+  return [tokenizer.decode(doc[:-1]) for doc in np.split(tokens, cuts + 1)[:-1]]
+
+
+def write_corpus(root):
+  """DOCS as a .txt file, a .jsonl and a .jsonl.gz (field "body"), in that file order."""
+  root.mkdir()
+  (root / "a.txt").write_text(DOCS[0])
+  (root / "b.jsonl").write_text(json.dumps({"body": DOCS[1]}) + "\n\n")
+  with gzip.open(root / "c.jsonl.gz", "wt") as f:
+    f.write(json.dumps({"body": DOCS[2], "id": 3}) + "\n")
+  return root
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "gpt2"])
+def test_text_round_trip(tmp_path, monkeypatch, tokenizer):
+  monkeypatch.setattr(tokenizers, "gpt2", tiny_bpe)  # the gpt2 path, with a local BPE
+  corpus = write_corpus(tmp_path / "corpus")
+  d = data_config(tmp_path, f"text:{corpus}", tokenizer=tokenizer, text_field="body")
+  out = P.prepared_dir(d)
+  tok = tokenizers.make(tokenizer)
+  tokens = all_tokens(out)
+  assert documents(tokens, tok) == DOCS
+  meta = P.read_meta(out)
+  assert meta["tokens"]["val"] == round(len(tokens) * 0.25)
+  assert sum(meta["tokens"].values()) == len(tokens) and meta["vocab_size"] == tok.vocab_size
+  assert meta["documents"] == 3 and meta["entropy_rate"] is None
+
+
+def test_frequency_loss_and_counts_match_the_shards(tmp_path):
+  d = data_config(tmp_path, f"text:{write_corpus(tmp_path / 'corpus')}", text_field="body")
+  out = P.prepared_dir(d)
+  meta = P.read_meta(out)
+  train, val = (np.concatenate([np.fromfile(out / n, np.uint16) for n, _ in meta["shards"][s]])
+                for s in ("train", "val"))
+  counts = np.bincount(train, minlength=257)
+  assert meta["unigram_counts"] == counts.tolist()
+  expected = -np.mean([np.log((counts[t] + 1) / (len(train) + 257)) for t in val])
+  assert meta["frequency_loss"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_synthetic_meta_from_the_command_line(tmp_path, capsys):
+  out = tmp_path / "syn"
+  argv = ["prepare", "--source", "synthetic", "--tokenizer", "byte", "--out", str(out)]
+  assert cli.main(argv) == 0
+  meta = json.loads((out / "meta.json").read_text())
+  assert meta["entropy_rate"] < meta["bigram_entropy"] < meta["unigram_entropy"]
+  # The exact unigram entropy is the frequency loss of an infinite sample.
+  assert meta["frequency_loss"] == pytest.approx(meta["unigram_entropy"], abs=0.02)
+  assert sum(meta["tokens"].values()) == base_config().data.synthetic_tokens
+  assert "entropy_rate" in capsys.readouterr().out
+
+
+def test_rerun_is_a_no_op(tmp_path, monkeypatch):
+  d = data_config(tmp_path, "synthetic", synthetic_tokens=5000)
+  out = P.prepared_dir(d)
+  monkeypatch.setattr(P, "_tokenize", lambda *a: pytest.fail("prepared twice"))
+  assert P.prepared_dir(d) == out
+
+
+def test_cache_root_from_environment(tmp_path, monkeypatch):
+  monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "env"))
+  d = data_config(tmp_path, "synthetic", synthetic_tokens=5000, cache_dir=None)
+  assert P.prepared_dir(d).parent == tmp_path / "env"
+
+
+def test_half_written_directory_is_redone(tmp_path):
+  d = data_config(tmp_path, "synthetic", synthetic_tokens=5000)
+  reference = all_tokens(P.prepared_dir(d))
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / "train_00000.bin").write_bytes(b"\0" * 100)  # shards, but no meta.json
+  P.prepare(d, out)
+  np.testing.assert_array_equal(all_tokens(out), reference)
+  with open(out / "train_00000.bin", "r+b") as f:  # finished, then damaged
+    f.truncate(10)
+  P.prepare(d, out)
+  np.testing.assert_array_equal(all_tokens(out), reference)
+
+
+def test_killed_run_leaves_nothing_that_is_used(tmp_path):
+  out = tmp_path / "out"
+  cmd = [sys.executable, "-m", "nplace.cli", "prepare", "--config",
+         "experiments/tiny.py", "--config.data.synthetic_tokens=50000000", "--out", str(out)]
+  proc = subprocess.Popen(cmd, cwd=os.path.dirname(os.path.dirname(__file__)))
+  tag = f".out.partial-{socket.gethostname()}-{proc.pid}"
+  deadline = time.time() + 60
+  while not list(tmp_path.glob(f"{tag}/train_*.bin")) and time.time() < deadline:
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert list(tmp_path.glob(f"{tag}/train_*.bin")) and not out.exists()
+  d = data_config(tmp_path, "synthetic", synthetic_tokens=5000)
+  P.prepare(d, out)  # clears the dead run's partial directory
+  assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_directory_of_other_input_is_refused(tmp_path):
+  out = tmp_path / "out"
+  P.prepare(data_config(tmp_path, "synthetic", synthetic_tokens=5000), out)
+  with pytest.raises(DataError, match="other input"):
+    P.prepare(data_config(tmp_path, "synthetic", synthetic_tokens=6000), out)
+  (tmp_path / "mine").mkdir()
+  (tmp_path / "mine" / "notes.txt").write_text("keep me")
+  with pytest.raises(DataError, match="refusing"):
+    P.prepare(data_config(tmp_path, "synthetic", synthetic_tokens=5000), tmp_path / "mine")
+
+
+class TinyDocs(tfds.core.GeneratorBasedBuilder):
+  """A real TFDS dataset, built in ArrayRecord format (which needs no TensorFlow)."""
+  VERSION = tfds.core.Version("1.0.0")
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
+        {"text": tfds.features.Text(), "id": np.int32}))
+
+  def _split_generators(self, dl_manager):
+    return {"train": self._generate_examples()}
+
+  def _generate_examples(self):
+    for i, doc in enumerate(DOCS):
+      yield i, {"text": doc, "id": i}
+
+
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory):
+  root = tmp_path_factory.mktemp("tfds")
+  TinyDocs(data_dir=root, file_format="array_record").download_and_prepare()
+  return root
+
+
+def test_tfds_round_trip(tmp_path, tfds_dir):
+  d = data_config(tmp_path, "tfds:tiny_docs:train", tfds_data_dir=str(tfds_dir))
+  docs = documents(all_tokens(P.prepared_dir(d)), tokenizers.ByteTokenizer())
+  assert sorted(docs) == sorted(DOCS)  # TFDS stores examples in its own order
+
+
+@pytest.mark.parametrize("source,needle", [
+    ("tfds:tiny_docs:test", "bad split"),
+    ("tfds:tiny_docs/nope:train", "nope"),
+])
+def test_tfds_bad_split_or_config(tmp_path, tfds_dir, source, needle):
+  with pytest.raises(DataError, match=needle):
+    P.prepared_dir(data_config(tmp_path, source, tfds_data_dir=str(tfds_dir)))
+
+
+def test_tfds_unprepared_and_wrong_field(tmp_path, tfds_dir):
+  with pytest.raises(DataError, match="not prepared"):
+    P.prepared_dir(data_config(tmp_path, "tfds:tiny_docs:train", tfds_data_dir=str(tmp_path)))
+  with pytest.raises(DataError, match="no feature 'body'.*text, id"):
+    P.prepared_dir(data_config(tmp_path, "tfds:tiny_docs:train", tfds_data_dir=str(tfds_dir),
+                               text_field="body"))
+
+
+def test_openwebtext_streams_through_datasets(tmp_path, monkeypatch):
+  calls = []
+
+  def load_dataset(repo, split, streaming):
+    calls.append((repo, split, streaming))
+    return [{"text": doc} for doc in DOCS]
+
+  monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+  docs = documents(all_tokens(P.prepared_dir(data_config(tmp_path, "openwebtext"))),
+                   tokenizers.ByteTokenizer())
+  assert docs == DOCS and calls == [("Skylion007/openwebtext", "train", True)]
+
+
+def run_prepare(capsys, *argv):
+  code = cli.main(["prepare", "--seq-len", "8", "--val-fraction", "0.25", *argv])
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+def test_undecodable_bytes_are_replaced_and_counted(tmp_path, capsys):
+  f = tmp_path / "bad.txt"
+  f.write_bytes(b"valid text, then \xff\xfe and \xc3 more text to fill windows " * 2)
+  code, _, err = run_prepare(capsys, "--source", f"text:{f}", "--out", str(tmp_path / "out"))
+  assert code == 0 and "replaced 6 undecodable bytes" in err and str(f) in err
+  meta = P.read_meta(tmp_path / "out")
+  assert meta["replaced_bytes"] == 6
+  text = tokenizers.ByteTokenizer().decode(all_tokens(tmp_path / "out"))
+  assert text.count("\ufffd") == 6
+
+
+def bad_inputs(tmp_path):
+  """(argv, text the one-line error must contain) for each kind of bad input."""
+  (tmp_path / "empty.txt").write_text("")
+  (tmp_path / "emptydir").mkdir()
+  (tmp_path / "blanks").mkdir()
+  (tmp_path / "blanks" / "a.txt").write_text("")
+  (tmp_path / "short.txt").write_text("tiny")
+  (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\nnot json\n')
+  (tmp_path / "nofield.jsonl").write_text('{"body": "x"}\n')
+  (tmp_path / "doc.pdf").write_text("x")
+  tiny = "experiments/tiny.py"
+  return [
+      (["--source", f"text:{tmp_path}/empty.txt"], "empty.txt: empty file (0 bytes)"),
+      (["--source", f"text:{tmp_path}/emptydir"], "emptydir: empty directory"),
+      (["--source", f"text:{tmp_path}/blanks"], "all 1 files are empty"),
+      (["--source", f"text:{tmp_path}/missing"], "missing: no such file"),
+      (["--source", f"text:{tmp_path}/doc.pdf"], "doc.pdf: expected a .txt"),
+      (["--source", f"text:{tmp_path}/short.txt"], "5 tokens, 4 train / 1 val"),
+      (["--source", f"text:{tmp_path}/bad.jsonl"], "bad.jsonl:2: not a JSON line"),
+      (["--source", f"text:{tmp_path}/nofield.jsonl"], "no string field 'text'"),
+      (["--source", "ftp:corpus"], "data.source='ftp:corpus'"),
+      (["--source", "tfds:c4"], "expected tfds:NAME[/CONFIG]:SPLIT"),
+      (["--source", "tfds:no_such_dataset:train"], "no TFDS dataset 'no_such_dataset'"),
+      (["--source", "text:x", "--tokenizer", "sentencepiece"], "data.tokenizer='sentencepiece'"),
+      (["--val-fraction", "1.5"], "data.val_fraction=1.5"),
+      (["--config", tiny, "--config.model.vocab_size=100000",
+        "--config.data.synthetic_vocab=70000"], "vocab 70000 exceeds its 65536 ids"),
+      (["--config", tiny, "--config.data.synthetic_vocab=600"], "exceed model.vocab_size=512"),
+      (["--source", "text:x", "--config", tiny, "--config.model.vocab_size=100"],
+       "257 tokens exceed model.vocab_size=100"),
+  ]
+
+
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
+  for argv, needle in bad_inputs(tmp_path):
+    code, out, err = run_prepare(capsys, *argv, "--out", str(tmp_path / "out"))
+    assert (code, out, err.count("\n")) == (2, "", 1) and needle in err, (argv, err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_vocab_larger_than_dtype_when_called_directly(tmp_path):
+  d = data_config(tmp_path, "synthetic", synthetic_vocab=70000)
+  with pytest.raises(DataError, match="synthetic: vocab 70000 does not fit token dtype uint16"):
+    P.prepared_dir(d)

@@ -1,0 +1,44 @@
+"""Run reporting: spike counting, the progress line, the event-file writer."""
+import io
+
+import numpy as np
+from tensorboard.backend.event_processing import event_accumulator
+
+from nplace import metrics
+
+
+def test_spike_counter_flags_only_outliers_after_a_full_window():
+  counter = metrics.SpikeCounter(window=20, zscore=4.0)
+  rng = np.random.default_rng(0)
+  flags = [counter.update(3.0 + 0.01 * rng.standard_normal()) for _ in range(40)]
+  assert not any(flags)
+  assert counter.update(3.5) and counter.count == 1
+  assert not counter.update(float("nan")) and counter.count == 1
+
+
+def test_progress_plain_lines_off_a_terminal():
+  out = io.StringIO()
+  progress = metrics.Progress(total=100, tokens_per_step=1000, active=True, stream=out)
+  progress.update(10, 2.5, None)
+  progress.update(20, 2.25, 10_000.0)
+  lines = out.getvalue().splitlines()
+  assert lines == ["step 10/100 loss 2.5000 compiling", "step 20/100 loss 2.2500 10,000 tok/s eta 00:00:08"]
+  metrics.Progress(100, 1000, active=False, stream=out).update(30, 1.0, 1.0)
+  assert len(out.getvalue().splitlines()) == 2
+
+
+def test_writer_purges_steps_rewritten_after_a_resume(tmp_path):
+  first = metrics.Writer(tmp_path, purge_step=None, active=True)
+  for step in range(1, 8):
+    first.scalars(step, {"train/loss": step})
+  first.close()
+  resumed = metrics.Writer(tmp_path, purge_step=5, active=True)
+  for step in range(5, 10):
+    resumed.scalars(step, {"train/loss": 10 * step, "perf/mfu": None})
+  resumed.close()
+  acc = event_accumulator.EventAccumulator(str(tmp_path))
+  acc.Reload()
+  assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [
+      (1, 1), (2, 2), (3, 3), (4, 4), (5, 50), (6, 60), (7, 70), (8, 80), (9, 90)]
+  assert "perf/mfu" not in acc.Tags()["scalars"]
+  assert not list(tmp_path.glob("x*")) and metrics.Writer(tmp_path / "x", None, active=False).summary is None

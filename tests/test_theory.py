@@ -1,0 +1,103 @@
+"""nplace.theory: the Gram recursion against SCIENCE.md's table and against a wide model,
+kernel maps, branch gains, and the Post-LN factor product."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nplace import model, theory
+from nplace.probes import representations
+from nplace.probes import taps as taps_lib
+from nplace.config import experiment
+from nplace.layers import cesaro
+from conftest import tiny_config
+
+
+def test_gram_recursion_reproduces_table():
+  """SCIENCE.md: mean cosine at T = 1024 for an attention-only Post-LN stack."""
+  sim = theory.post_gram_recursion(np.eye(1024), 12, attn_gain=1.0)
+  np.testing.assert_allclose(sim[[0, 1, 3, 7, 11]], [0.002, 0.009, 0.088, 0.72, 0.95], atol=0.006, rtol=0.05)
+  sim = theory.post_gram_recursion(np.eye(1024), 24, attn_gain=0.25)
+  np.testing.assert_allclose(sim[[3, 7, 11, 23]], [0.005, 0.032, 0.13, 0.76], atol=0.006, rtol=0.05)
+
+
+def test_one_average_of_isotropic_tokens():
+  """cos(y_i, y_k) = sqrt(min/max) after one uniform causal average (no residual)."""
+  T = 9
+  C = np.asarray(cesaro(T), np.float64)
+  K = theory.normalize(C @ C.T)
+  i = np.arange(1, T + 1)
+  np.testing.assert_allclose(K, np.sqrt(np.minimum.outer(i, i) / np.maximum.outer(i, i)), rtol=1e-12)
+
+
+def test_mlp_kernel_maps():
+  rho = np.linspace(0.05, 0.95, 19)
+  gelu = theory.mlp_kernel(rho, 1.0, "gelu") / theory.mlp_kernel(1.0, 1.0, "gelu")
+  swiglu = theory.mlp_kernel(rho, 1.0, "swiglu") / theory.mlp_kernel(1.0, 1.0, "swiglu")
+  assert np.all(swiglu <= rho)  # SwiGLU slows collapse everywhere
+  # GELU raises correlation only below rho ~ 0.77 (unit pre-activation variance): its
+  # mean output lifts small rho, but near 1 its normalised slope exceeds 1 (checked by Monte Carlo).
+  assert np.all(gelu[rho < 0.75] >= rho[rho < 0.75]) and np.all(gelu[rho > 0.8] < rho[rho > 0.8])
+  z = np.random.default_rng(0).normal(size=(2, 400_000))
+  for r in (0.3, 0.8):  # against Monte Carlo, pre-activation variance 2
+    u, v = np.sqrt(2) * z[0], np.sqrt(2) * (r * z[0] + np.sqrt(1 - r ** 2) * z[1])
+    gelu_uv = np.mean(jax.nn.gelu(u, approximate=True) * jax.nn.gelu(v, approximate=True))
+    np.testing.assert_allclose(theory.mlp_kernel(r, 2.0, "gelu"), gelu_uv, rtol=0.02)
+
+
+def test_branch_gains():
+  vp = theory.branch_gains(model.freeze(experiment("deep48").model))
+  np.testing.assert_allclose(vp["attn"], 1.0)
+  np.testing.assert_allclose([vp["mlp_q"], vp["mlp_out"]], [1.0, 1.0])
+  gpt2 = theory.branch_gains(model.freeze(experiment("gpt2", "1.5b").model))
+  np.testing.assert_allclose(gpt2["attn"], 1600 ** 2 * 0.02 ** 4 / 96)  # ~4e-3: almost no collapse
+
+
+def test_post_backward_factors():
+  np.testing.assert_allclose(theory.post_backward_factor(np.array([0.0, 3.0])), [1.0, 0.5])
+  f = np.array([0.5, 0.8, 0.9, 0.7, 0.6, 1.0])  # L = 3: sites attn_1, mlp_1, attn_2, ...
+  np.testing.assert_allclose(theory.post_backward_product(f), [0.9 * 0.7 * 0.6, 0.6, 1.0])
+
+
+@pytest.fixture(scope="module")
+def wide_stack():
+  """A wide attention-only Post-LN stack at variance-preserving init with near-uniform
+  attention (q, k shrunk) -> (h_0 per-coordinate Gram [B,T,T], similarity after each layer)."""
+  def run(attention):
+    cfg = tiny_config(placement="post", norm="rmsnorm", use_bias=False, init="variance_preserving",
+                      d_model=256, n_head=4, n_layer=4, vocab_size=1024, attention=attention).model
+    rng = np.random.default_rng(0)
+
+    def init(path, x):  # variance-preserving: std 1/sqrt(d) (every fan-in here), embeddings 1, gains 1
+      name = jax.tree_util.keystr(path)
+      if "scale" in name:
+        return jnp.ones(x.shape)
+      shrink = 0.1 if "'q'" in name or "'k'" in name else 0.0 if "fc_out" in name else 1.0
+      std = 1.0 if "embedding" in name else cfg.d_model ** -0.5
+      return jnp.asarray(shrink * std * rng.standard_normal(x.shape), jnp.float32)
+
+    # q, k shrunk: near-uniform attention; fc_out zero: attention only (the MLP's norm is then ~identity).
+    params = jax.tree_util.tree_map_with_path(init, model.abstract_params(cfg))
+    tokens = rng.integers(0, cfg.vocab_size, (4, 16))
+
+    @jax.jit
+    def measure(params):
+      _, inter = taps_lib.forward(cfg, params, tokens, taps_lib.zero_taps(cfg, tokens))
+      h0 = taps_lib.sown(inter["h0"])
+      return (jnp.einsum("btd,bsd->bts", h0, h0) / cfg.d_model,
+              representations.similarity(taps_lib.hidden_LBTD(inter)), representations.similarity(h0[None]))
+
+    return measure(params)
+  return run
+
+
+def test_wide_post_stack_follows_gram_recursion(wide_stack):
+  K0, measured_L, _ = wide_stack("softmax")
+  predicted_L = theory.post_gram_recursion(np.asarray(K0, np.float64), 4, attn_gain=1.0).mean(0)
+  np.testing.assert_allclose(measured_L, predicted_L, atol=0.05)
+  assert predicted_L[-1] > predicted_L[0] + 0.1  # the recursion predicts a real rise
+
+
+def test_centered_attention_keeps_input_similarity(wide_stack):
+  _, measured_L, input_sim = wide_stack("centered")
+  np.testing.assert_allclose(measured_L, np.broadcast_to(input_sim, measured_L.shape), atol=0.05)

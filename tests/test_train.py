@@ -1,0 +1,205 @@
+"""`nplace train` end to end, in subprocesses as a user runs it: resume after SIGKILL and
+SIGTERM, divergence, multi-process, TensorBoard event files and the TensorBoard server."""
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing import event_accumulator
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NPLACE = pathlib.Path(sys.executable).parent / "nplace"
+SMALL = [  # the tiny preset, smaller still: a step takes milliseconds
+    "--config", str(ROOT / "experiments/tiny.py:pre"),
+    "--config.model.n_layer=2", "--config.model.d_model=32", "--config.model.remat=none",
+    "--config.data.seq_len=16", "--config.data.synthetic_tokens=65536",
+    "--config.train.batch_size=8", "--config.train.log_every=1", "--config.train.eval_every=20",
+    "--config.train.eval_batches=2", "--config.checkpoint.every=20", "--config.optim.warmup_steps=5",
+    "--config.train.peak_flops=2e11",
+]
+SCALARS = ["train/loss", "train/grad_norm", "train/lr", "eval/loss", "eval/perplexity",
+           "data/frequency_loss", "data/entropy_rate", "perf/tokens_per_sec", "perf/step_time",
+           "perf/mfu", "train/loss_spikes"]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  cache = tmp_path_factory.mktemp("cache")
+  return dict(os.environ, NPLACE_CACHE=str(cache / "data"),
+              JAX_COMPILATION_CACHE_DIR=str(cache / "jax"),
+              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu")
+
+
+def start(workdir, *extra, env):
+  return subprocess.Popen([NPLACE, "train", "--workdir", str(workdir), *SMALL, *extra], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def run(workdir, *extra, env, expect=0):
+  proc = start(workdir, *extra, env=env)
+  out, _ = proc.communicate(timeout=600)
+  assert proc.returncode == expect, out
+  return out
+
+
+def summary(workdir):
+  return json.loads((workdir / "summary.json").read_text())
+
+
+def scalars(workdir, tag):
+  acc = event_accumulator.EventAccumulator(str(workdir), size_guidance={"scalars": 0})
+  acc.Reload()
+  return {e.step: e.value for e in acc.Scalars(tag)}
+
+
+def wait_for_checkpoint(workdir, step, proc, timeout=300):
+  path = workdir / "checkpoints" / str(step)  # orbax renames the temporary dir here once complete
+  deadline = time.time() + timeout
+  while not path.exists():
+    assert proc.poll() is None and time.time() < deadline, f"no checkpoint {step}"
+    time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, env):
+  """An uninterrupted 40-step run, probed at steps 0, 20 and 40."""
+  workdir = tmp_path_factory.mktemp("reference")
+  run(workdir, "--config.train.steps=40", "--config.probe.every=20", "--config.probe.batch_size=2", env=env)
+  return workdir
+
+
+def test_run_completes_with_summary_and_scalars(reference):
+  s = summary(reference)
+  assert s["status"] == "completed" and s["step"] == 40 and s["diverged_at"] is None
+  assert s["entropy_rate"] < s["frequency_loss"]
+  evals = scalars(reference, "eval/loss")
+  assert s["val_loss"] == pytest.approx(evals[40]) and evals[40] < evals[0] - 0.3
+  assert s["tokens_per_sec"] > 0
+  acc = event_accumulator.EventAccumulator(str(reference), size_guidance={"scalars": 0})
+  acc.Reload()
+  assert set(SCALARS) <= set(acc.Tags()["scalars"])
+  assert sorted(scalars(reference, "train/loss")) == list(range(1, 41))
+  assert sorted(scalars(reference, "eval/loss")) == [0, 20, 40]
+  assert "config/text_summary" in acc.Tags()["tensors"]
+  assert s["collapsed"] is False
+
+
+def test_probes_run_at_init_and_every_n_steps(reference):
+  acc = event_accumulator.EventAccumulator(str(reference), size_guidance={"scalars": 0, "images": 0})
+  acc.Reload()
+  for name in ("similarity", "grad_h", "jacobian_frobenius", "norm_backward"):
+    assert [e.step for e in acc.Scalars(f"probe/{name}/layer_000")] == [0, 20, 40], name
+    assert [e.step for e in acc.Images(f"probe/{name}")] == [0, 20, 40]
+  assert f"probe/similarity/layer_{1:03d}" in acc.Tags()["scalars"]
+  assert "probe/similarity" in acc.Tags()["histograms"]
+
+
+def test_probe_command_reads_a_checkpoint(reference, tmp_path, env):
+  out = tmp_path / "probe.json"
+  done = subprocess.run([NPLACE, "probe", "--workdir", str(reference), "--step", "20", "--json", str(out),
+                         *SMALL, "--config.probe.batch_size=2"], env=env, capture_output=True, text=True)
+  assert done.returncode == 0, done.stderr
+  result = json.loads(out.read_text())
+  assert result["step"] == 20 and result["n_layer"] == 2 and len(result["similarity"]) == 2
+  # The same probes at the same checkpoint on the same batch as training logged at step 20.
+  logged = scalars(reference, "probe/similarity/layer_001")[20]
+  assert result["similarity"][1] == pytest.approx(logged, rel=1e-4)
+
+
+def test_sigkill_after_checkpoint_resumes_exactly(tmp_path, reference, env):
+  proc = start(tmp_path, "--config.train.steps=40", env=env)
+  wait_for_checkpoint(tmp_path, 20, proc)
+  proc.kill()
+  proc.wait()
+  assert not (tmp_path / "summary.json").exists()
+  run(tmp_path, "--config.train.steps=40", env=env)
+  resumed, uninterrupted = scalars(tmp_path, "train/loss"), scalars(reference, "train/loss")
+  assert sorted(resumed) == list(range(1, 41))  # nothing the killed run wrote past 20 survives twice
+  assert [resumed[s] for s in range(21, 41)] == [uninterrupted[s] for s in range(21, 41)]
+  assert summary(tmp_path)["status"] == "completed"
+
+
+def test_sigterm_saves_reports_preempted_and_resumes(tmp_path, reference, env):
+  proc = start(tmp_path, "--config.train.steps=40", "--config.checkpoint.every=10", env=env)
+  wait_for_checkpoint(tmp_path, 10, proc)
+  t0 = time.time()
+  proc.send_signal(signal.SIGTERM)
+  proc.communicate(timeout=60)
+  assert proc.returncode == 0 and time.time() - t0 < 30
+  s = summary(tmp_path)
+  assert s["status"] == "preempted" and str(s["step"]) in os.listdir(tmp_path / "checkpoints")
+  if s["step"] < 40:
+    run(tmp_path, "--config.train.steps=40", "--config.checkpoint.every=10", env=env)
+  assert summary(tmp_path)["status"] == "completed"
+  resumed, uninterrupted = scalars(tmp_path, "train/loss"), scalars(reference, "train/loss")
+  assert [resumed[s] for s in range(1, 41)] == [uninterrupted[s] for s in range(1, 41)]
+
+
+def test_huge_learning_rate_diverges_and_keeps_a_checkpoint(tmp_path, env):
+  run(tmp_path, "--config.train.steps=40", "--config.optim.lr=1e30", "--config.optim.warmup_steps=0",
+      "--config.optim.clip_norm=0", "--config.checkpoint.every=1", env=env)
+  s = summary(tmp_path)
+  assert s["status"] == "diverged" and s["diverged_at"] == s["step"] and 1 <= s["step"] < 40
+  assert max(scalars(tmp_path, "train/loss")) <= s["step"]
+  from nplace import checkpoint
+  from nplace.config import experiment
+  config = experiment("tiny", "pre")
+  config.model.update(n_layer=2, d_model=32)
+  params, step = checkpoint.restore_params(config, tmp_path)
+  assert step <= s["step"] and all(np.isfinite(x).all() for x in __import__("jax").tree.leaves(params))
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_match_one_process(tmp_path, env):
+  common = ["--config.train.steps=3", "--config.checkpoint.every=100"]
+  one = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  run(tmp_path / "single", *common, env=one)
+  four = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  port = _free_port()
+  procs = [start(tmp_path / "multi", *common, "--config.distributed.initialize=True",
+                 f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+                 "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}", env=four)
+           for i in range(2)]
+  outs = [p.communicate(timeout=600)[0] for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], outs
+  single, multi = scalars(tmp_path / "single", "train/loss"), scalars(tmp_path / "multi", "train/loss")
+  assert sorted(multi) == [1, 2, 3]
+  np.testing.assert_allclose([multi[s] for s in (1, 2, 3)], [single[s] for s in (1, 2, 3)], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_tensorboard_server_serves_the_scalars(reference):
+  port = _free_port()
+  server = subprocess.Popen([pathlib.Path(sys.executable).parent / "tensorboard", "--logdir", str(reference),
+                             "--host", "127.0.0.1", "--port", str(port), "--load_fast=false"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  base = f"http://127.0.0.1:{port}/data/plugin/scalars"
+  try:
+    deadline, tags = time.time() + 120, {}
+    while "train/loss" not in tags.get(".", {}):
+      assert time.time() < deadline and server.poll() is None, "tensorboard did not serve the run"
+      try:
+        tags = json.loads(urllib.request.urlopen(f"{base}/tags", timeout=5).read())
+      except OSError:
+        time.sleep(0.5)
+    assert set(SCALARS) <= set(tags["."])
+    points = json.loads(urllib.request.urlopen(f"{base}/scalars?run=.&tag=train/loss", timeout=5).read())
+    served = {step: value for _, step, value in points}
+    want = scalars(reference, "train/loss")
+    assert served.keys() == want.keys()
+    np.testing.assert_allclose([served[s] for s in want], list(want.values()), rtol=1e-6)
+  finally:
+    server.terminate()
+    server.wait(timeout=30)
