@@ -46,7 +46,7 @@ def main(argv=()):
 
   def define(fv):
     flags.DEFINE_string("logdir", "runs/demo", "where the runs' workdirs go", flag_values=fv)
-    flags.DEFINE_integer("steps", 300, "train steps per run", flag_values=fv)
+    flags.DEFINE_integer("steps", 150, "train steps per run", flag_values=fv)
 
   fv = parse_flags(list(argv), define, need_config=False)
   logdir = pathlib.Path(fv.logdir)

@@ -203,3 +203,23 @@ def test_tensorboard_server_serves_the_scalars(reference):
   finally:
     server.terminate()
     server.wait(timeout=30)
+
+
+@pytest.mark.parametrize("override,key", [
+    ("--config.mesh.data=3", "mesh"),
+    ("--config.train.eval_batches=100000", "train.eval_batches"),
+    ("--config.train.grad_accum=3", "train.grad_accum"),
+    ("--config.train.on_divergence=ignore", "train.on_divergence"),
+])
+def test_bad_training_config_is_one_line_before_compiling(tmp_path, capsys, override, key):
+  from nplace import cli
+  code = cli.main(["train", "--workdir", str(tmp_path / "run"), *SMALL, f"--config.data.cache_dir={tmp_path}",
+                   override])
+  err = capsys.readouterr().err
+  assert code == 2 and err.count("\n") == 1 and key in err, err
+  assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_train_needs_a_workdir(capsys):
+  from nplace import cli
+  assert cli.main(["train", *SMALL]) == 2 and "--workdir" in capsys.readouterr().err
