@@ -34,9 +34,11 @@ def run(logdir: pathlib.Path, steps: int) -> dict:
 
 def table(summaries: dict) -> str:
   rows = [f"{'run':12s} {'status':10s} {'val loss':>9s} {'freq loss':>9s} {'entropy rate':>12s} {'tok/s':>8s}"]
+  number = lambda x, width, digits: f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
   for name, s in summaries.items():
-    rows.append(f"{name:12s} {s['status']:10s} {s['val_loss']:9.4f} {s['frequency_loss']:9.4f} "
-                f"{s['entropy_rate']:12.4f} {s['tokens_per_sec'] or 0:8.0f}")
+    rows.append(f"{name:12s} {s['status']:10s} {number(s['val_loss'], 9, 4)} "
+                f"{number(s['frequency_loss'], 9, 4)} {number(s['entropy_rate'], 12, 4)} "
+                f"{number(s['tokens_per_sec'], 8, 0)}")
   return "\n".join(rows)
 
 
