@@ -1,20 +1,22 @@
 """What the probes cost: one suite call in units of a train step, and the slowdown of a
 whole training run with `probe.every=50` against probes off (a benchmark, not a test).
 
-    .venv/bin/python benchmarks/probe_cost.py [--placement pre] [--repeats 5] [--steps 200]
-        [--config.KEY=VALUE ...]
+    .venv/bin/python benchmarks/probe_cost.py [--config experiments/tiny.py:pre] [--repeats 5]
+        [--steps 200] [--config.KEY=VALUE ...]
 
 The step is the trainer's own (nplace.train_state) on experiments/tiny.py's config; the suite
 runs on probe.batch_size held-out sequences. The run comparison calls `nplace.train.train`
 twice on the synthetic source and compares the tokens/s each reports (compilation excluded:
 the suite compiles before the first step, the train step's compile is the excluded first step).
 """
-import argparse
+import sys
 import tempfile
 import time
 
 import jax
+from absl import flags
 
+from nplace.cli import parse_flags
 from nplace.config import experiment, validate
 from nplace.probes import command, suite
 from nplace.train import train
@@ -66,24 +68,20 @@ def run_overhead(config, steps):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--placement", default="pre")
-  parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--steps", type=int, default=200, help="steps of each training run")
-  args, overrides = parser.parse_known_args()
-  config = experiment("tiny", args.placement)
-  for override in overrides:  # --config.section.field=value
-    key, value = override.removeprefix("--config.").split("=", 1)
-    section, field = key.split(".")
-    config[section][field] = type(config[section][field])(value)
-  config.train.eval_every = config.checkpoint.every = args.steps  # time steps and probes only
+  def define(fv):
+    flags.DEFINE_integer("repeats", 5, "timed calls of the step and of the suite", flag_values=fv)
+    flags.DEFINE_integer("steps", 200, "steps of each training run", flag_values=fv)
+
+  fv = parse_flags(sys.argv[1:], define, need_config=False)
+  config = fv.config if fv.config is not None else experiment("tiny", "pre")
+  config.train.eval_every = config.checkpoint.every = fv.steps  # time steps and probes only
   validate(config)
   p = config.probe
-  print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}; tiny:{args.placement}, "
+  print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}; {config.model.placement}, "
         f"train batch {config.train.batch_size}x{config.data.seq_len}, probe batch {p.batch_size}, "
         f"hutchinson_probes {p.hutchinson_probes}, power_iters {p.power_iters}, remat {config.model.remat}")
-  call_cost(config, args.repeats)
-  run_overhead(config, args.steps)
+  call_cost(config, fv.repeats)
+  run_overhead(config, fv.steps)
 
 
 if __name__ == "__main__":

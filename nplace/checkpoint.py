@@ -10,6 +10,8 @@ import grain
 import jax
 import orbax.checkpoint as ocp
 
+from nplace import train_state
+
 
 def manager(workdir, checkpoint_config) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(
@@ -56,7 +58,6 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, shardings, data_
 
 def restore_params(config, workdir, step=None):
   """(params, step) of a training checkpoint, on the default device; for `nplace probe`."""
-  from nplace import train_state
   mngr = manager(workdir, config.checkpoint)
   steps = mngr.all_steps()
   if not steps:
