@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 
+import jax
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
@@ -153,7 +154,7 @@ def test_huge_learning_rate_diverges_and_keeps_a_checkpoint(tmp_path, env):
   config = experiment("tiny", "pre")
   config.model.update(n_layer=2, d_model=32)
   params, step = checkpoint.restore_params(config, tmp_path)
-  assert step <= s["step"] and all(np.isfinite(x).all() for x in __import__("jax").tree.leaves(params))
+  assert step <= s["step"] and all(np.isfinite(x).all() for x in jax.tree.leaves(params))
 
 
 def _free_port():
