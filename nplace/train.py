@@ -177,8 +177,8 @@ def train(config, workdir) -> dict:
 
   if summary["status"] != "diverged" and mngr.latest_step() != summary["step"]:
     checkpoint.save(mngr, summary["step"], state, train_iter, config, force=True)
-    if summary["status"] == "completed" and summary["step"] % config.train.eval_every:
-      run_eval(summary["step"])
+  if summary["status"] == "completed" and summary["step"] % config.train.eval_every:
+    run_eval(summary["step"])
   if summary["val_loss"] is not None:
     summary["collapsed"] = bool(collapsed(summary["val_loss"], meta["frequency_loss"]))
   mngr.wait_until_finished()

@@ -164,7 +164,8 @@ def _free_port():
 
 
 def test_two_processes_match_one_process(tmp_path, env):
-  common = ["--config.train.steps=3", "--config.checkpoint.every=100"]
+  # The last step is a checkpoint step and no eval step: the final eval must still run.
+  common = ["--config.train.steps=3", "--config.checkpoint.every=3"]
   one = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=8")
   run(tmp_path / "single", *common, env=one)
   four = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4")
@@ -177,6 +178,7 @@ def test_two_processes_match_one_process(tmp_path, env):
   assert [p.returncode for p in procs] == [0, 0], outs
   single, multi = scalars(tmp_path / "single", "train/loss"), scalars(tmp_path / "multi", "train/loss")
   assert sorted(multi) == [1, 2, 3]
+  assert sorted(scalars(tmp_path / "single", "eval/loss")) == [0, 3]
   np.testing.assert_allclose([multi[s] for s in (1, 2, 3)], [single[s] for s in (1, 2, 3)], rtol=1e-5)
 
 
