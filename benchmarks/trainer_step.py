@@ -1,6 +1,4 @@
 """The trainer's own compiled step on one device, shared by the benchmarks."""
-import jax
-
 from nplace import sharding, train_state
 
 
@@ -10,7 +8,3 @@ def compiled_step(config):
   shardings = train_state.shardings(config, mesh)
   step, _ = train_state.compile_steps(config, mesh, shardings)
   return train_state.init(config, shardings), step
-
-
-def block(tree):
-  return jax.block_until_ready(tree)

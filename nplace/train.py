@@ -10,7 +10,6 @@ import signal
 import time
 
 import jax
-import numpy as np
 from absl import flags
 
 from nplace import checkpoint, data, metrics, sharding, train_state
