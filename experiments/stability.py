@@ -1,0 +1,75 @@
+"""Study A (Kan et al. 2025): does Peri-LN train where Pre-LN fails, and does dt=0.1 help?
+
+`experiments/stability.py:VARIANT`, VARIANT one of
+  cpu          placement x weight decay {0.1, 0} x 5 seeds at the stress learning rate
+               (the default; a narrow 12-layer model that trains in seconds here)
+  lr_scan      placement x learning rate, one seed, on the same model
+  paper[,SIZE] the paper's grid on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText
+  paper_lr_scan[,SIZE]
+
+`nplace sweep --config experiments/stability.py:cpu --workdir runs/stability` runs a grid;
+`nplace report runs/stability --out ...` tabulates it (failure kinds: nplace/outcomes.py).
+"""
+from nplace.config import base_config
+
+PLACEMENTS = {  # trial label -> model overrides; dt is always set so names line up
+    "pre": {"model.placement": "pre", "model.dt": 1.0},
+    "peri": {"model.placement": "peri", "model.dt": 1.0},
+    "peri_dt0.1": {"model.placement": "peri", "model.dt": 0.1},
+    "post": {"model.placement": "post", "model.dt": 1.0},
+}
+WEIGHT_DECAYS = (0.1, 0.0)
+SEEDS = range(5)
+# The CPU stress rate: the lowest rate of the lr_scan at which Pre-LN stops learning
+# (see results/README.md for the scan that chose it).
+CPU_STRESS_LR = 3e-2
+CPU_SCAN_LRS = (3e-3, 1e-2, 3e-2, 1e-1)
+PAPER_SCAN_LRS = (3e-4, 6e-4, 1.2e-3, 2.4e-3)
+
+
+def _cpu() -> "ml_collections.ConfigDict":
+  """12 layers of width 64: deep enough for Pre-LN's stream to grow, ~15 s a trial on 2 cores."""
+  c = base_config()
+  c.model.update(vocab_size=512, max_len=64, n_layer=12, n_head=4, d_model=64, remat="none")
+  c.data.seq_len = 64
+  c.train.update(steps=150, batch_size=16, log_every=10, eval_every=150, eval_batches=4,
+                 spike_window=20, peak_flops=2e11)
+  c.optim.update(lr=CPU_STRESS_LR, warmup_steps=10)
+  c.checkpoint.every = 150
+  return c
+
+
+def _paper(size: str) -> "ml_collections.ConfigDict":
+  """GPT-2 SIZE on OpenWebText with nanoGPT's recipe (SCIENCE.md, reference numbers):
+  0.5M-token batches, lr 6e-4 cosine to 6e-5, warmup 2000, AdamW (0.9, 0.95), clip 1."""
+  from nplace.config import experiment
+  c = experiment("gpt2", size)
+  c.data.update(source="openwebtext", tokenizer="gpt2")
+  c.train.update(steps=50_000, batch_size=512, grad_accum=8, eval_every=1000, eval_batches=20)
+  c.optim.update(lr=6e-4, min_lr_ratio=0.1, warmup_steps=2000)
+  c.checkpoint.every = 1000
+  c.model.update(dtype="bfloat16", remat="full")
+  return c
+
+
+def _split(arg: str) -> tuple[str, str]:
+  variant, _, size = arg.partition(",")
+  if variant not in ("cpu", "lr_scan", "paper", "paper_lr_scan"):
+    raise ValueError(f"stability variant {arg!r}: expected cpu | lr_scan | paper[,SIZE] | paper_lr_scan[,SIZE]")
+  if size and not variant.startswith("paper"):
+    raise ValueError(f"stability variant {arg!r}: only paper variants take a SIZE")
+  return variant, size or "124m"
+
+
+def get_config(arg: str = "cpu"):
+  variant, size = _split(arg)
+  return _paper(size) if variant.startswith("paper") else _cpu()
+
+
+def get_sweep(arg: str = "cpu") -> list[dict]:
+  variant, _ = _split(arg)
+  if variant.endswith("lr_scan"):
+    lrs = PAPER_SCAN_LRS if variant.startswith("paper") else CPU_SCAN_LRS
+    return [{**model, "optim.lr": lr} for model in PLACEMENTS.values() for lr in lrs]
+  return [{**model, "optim.weight_decay": wd, "seed": seed}
+          for model in PLACEMENTS.values() for wd in WEIGHT_DECAYS for seed in SEEDS]
