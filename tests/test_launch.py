@@ -149,9 +149,12 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
   assert done.stderr.count("\n") == 1
 
 
-def test_a_bad_trial_list_line_is_exit_2():
+def test_a_bad_trial_list_is_exit_2():
   done = launch("tpu.py", *SWEEP, stdin="t1\tpython train.py --workdir gs://b/t1\n")
   assert done.returncode == 2 and "trial list line 1: expected NAME<TAB>nplace train" in done.stderr
+  same_slice = "".join(f"{name}\tnplace train --config c --workdir gs://b/{name}\n" for name in ("dt=1", "dt-1"))
+  done = launch("tpu.py", *SWEEP, stdin=same_slice)
+  assert done.returncode == 2 and "trial dt-1: slice name sw-dt-1 is taken" in done.stderr
 
 
 FAKE_GCLOUD = """\
