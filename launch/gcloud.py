@@ -41,8 +41,9 @@ def accelerator(name: str) -> Accelerator:
     n = int(count)
     if n in ONE_CORE_SIZES if cores == 1 else n > 0 and n % 8 == 0:
       return Accelerator(name, runtime, n // cores)
+  sizes = ", ".join(map(str, ONE_CORE_SIZES))
   raise ValueError(f"unknown accelerator type {name!r}: expected v4-N or v5p-N (N TensorCores, "
-                   f"a multiple of 8) or v5litepod-N or v6e-N (N in {', '.join(map(str, ONE_CORE_SIZES))})")
+                   f"a multiple of 8) or v5litepod-N or v6e-N (N in {sizes})")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -103,8 +103,9 @@ def stage_data(r: Runner, s: gcloud.Slice, a, prepare: bool):
   if not a.data:
     return
   if prepare:
-    r.run(s.ssh(f"{gcloud.nplace_command(['prepare', '--config', a.config, *a.overrides])} && "
-                f"gcloud storage rsync --recursive {gcloud.CACHE} {shlex.quote(a.data)}", worker="0"))
+    prepare_argv = ["prepare", "--config", a.config, *a.overrides]
+    upload = f"gcloud storage rsync --recursive {gcloud.CACHE} {shlex.quote(a.data)}"
+    r.run(s.ssh(f"{gcloud.nplace_command(prepare_argv)} && {upload}", worker="0"))
   r.run(s.ssh(f"mkdir -p {gcloud.CACHE} && "
               f"gcloud storage rsync --recursive {shlex.quote(a.data)} {gcloud.CACHE}"))
 
@@ -133,7 +134,7 @@ def run_to_end(r: Runner, s: gcloud.Slice, a, args: list[str], workdir: str) -> 
     try:
       ensure_slice(r, s, a)
       setup(r, s)
-      stage_data(r, s, a, prepare=a.prepare and attempt == 0)
+      stage_data(r, s, a, prepare=getattr(a, "prepare", False) and attempt == 0)
       status = train(r, s, args, workdir)
     except LaunchError as e:  # e.g. ssh cut off by the preemption
       status, error = None, e

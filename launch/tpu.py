@@ -129,7 +129,8 @@ COMMANDS = {  # name -> (what it does, the function, the option groups it takes)
     "setup": ("install this checkout's HEAD with the tpu extra on every worker",
               lambda r, a: setup(r, a.slice), set()),
     "stage-data": ("copy the prepared data from --data to every worker's disk",
-                   lambda r, a: stage_data(r, a.slice, a, a.prepare), {"data", "config"}),
+                   lambda r, a: stage_data(r, a.slice, a, a.prepare),
+                   {"data", "prepare", "config"}),
     "train": ("run nplace train on every worker (jax.distributed) and read its summary.json",
               cmd_train, {"accel", "batch", "run", "config"}),
     "logs": ("stream a worker's training log",
@@ -137,7 +138,7 @@ COMMANDS = {  # name -> (what it does, the function, the option groups it takes)
              {"worker"}),
     "delete": ("delete the slice", lambda r, a: r.run(a.slice.delete()), set()),
     "up": ("compile check, create, setup, stage-data, train with auto-resume, delete",
-           cmd_up, {"accel", "spot", "batch", "data", "run", "config", "loop"}),
+           cmd_up, {"accel", "spot", "batch", "data", "prepare", "run", "config", "loop"}),
     "sweep": ("one slice per trial of an experiment's sweep (nplace sweep --list)",
               cmd_sweep, {"accel", "spot", "batch", "data", "run", "config", "loop", "sweep"}),
 }
@@ -155,24 +156,32 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser(name, help=doc, description=doc)
     c.add_argument("--project", required=True, help="Google Cloud project")
     c.add_argument("--zone", required=True, help="zone of the slice, e.g. us-west4-a")
-    c.add_argument("--name", required=True, help="the slice (sweep: the prefix of each trial's slice)")
+    c.add_argument("--name", required=True,
+                   help="the slice (sweep: the prefix of each trial's slice)")
     c.add_argument("--queued", action="store_true", help="a queued resource, not a plain TPU VM")
     c.add_argument("--dry-run", action="store_true", help="print the commands, run none")
     if "accel" in groups:
-      c.add_argument("--accelerator", required=True, help="Cloud accelerator type, e.g. v5litepod-16")
+      c.add_argument("--accelerator", required=True,
+                     help="Cloud accelerator type, e.g. v5litepod-16")
     if "spot" in groups:
-      c.add_argument("--spot", action="store_true", help="Spot capacity (preemptible; auto-resumed)")
+      c.add_argument("--spot", action="store_true",
+                     help="Spot capacity (preemptible; auto-resumed)")
     if "batch" in groups:
       c.add_argument("--batch-per-chip", type=int, default=8,
                      help="sequences per chip: config.train.batch_size = this x chips")
     if "config" in groups:
-      c.add_argument("--config", required=name != "stage-data", help="FILE[:ARG], e.g. experiments/gpt2.py:1.5b,peri")
-      c.add_argument("overrides", nargs="*", help="after --: --config.KEY=VALUE for compile and train")
+      c.add_argument("--config", required=name != "stage-data",
+                     help="FILE[:ARG], e.g. experiments/gpt2.py:1.5b,peri")
+      c.add_argument("overrides", nargs="*",
+                     help="after --: --config.KEY=VALUE for compile and train")
     if "data" in groups:
       c.add_argument("--data", help="gs:// copy of the prepared-data cache to stage on each worker")
-      c.add_argument("--prepare", action="store_true", help="worker 0 prepares the data into --data first")
+    if "prepare" in groups:  # not for sweep: each trial's fresh slice would prepare it again
+      c.add_argument("--prepare", action="store_true",
+                     help="worker 0 prepares the data into --data first")
     if "run" in groups:
-      c.add_argument("--workdir", required=True, help="gs:// run directory (checkpoints, logs, summary)")
+      c.add_argument("--workdir", required=True,
+                     help="gs:// run directory (checkpoints, logs, summary)")
       c.add_argument("--nplace", default="nplace", help="the local nplace (compile, sweep --list)")
     if "loop" in groups:
       c.add_argument("--retries", type=int, default=3, help="reruns after preemption")
@@ -180,7 +189,8 @@ def parser() -> argparse.ArgumentParser:
       c.add_argument("--keep", action="store_true", help="keep the slice when the run ends")
     if "sweep" in groups:
       c.add_argument("--only", help="regex: only trials whose name matches (nplace sweep --only)")
-      c.add_argument("--trials", help="a saved `nplace sweep --list` output (- = stdin) instead of running it")
+      c.add_argument("--trials",
+                     help="a saved `nplace sweep --list` output (- = stdin) instead of running it")
       c.add_argument("--parallel", type=int, default=1, help="slices at a time")
     if "worker" in groups:
       c.add_argument("--worker", default="0", help="which worker's log")
@@ -202,7 +212,8 @@ def parse(argv) -> argparse.Namespace:
   for flag in ("workdir", "data"):
     value = getattr(a, flag, None)
     if value and not value.startswith("gs://"):
-      raise UsageError(f"--{flag} {value!r}: must be a gs:// path (a slice's disks go when it does)")
+      raise UsageError(f"--{flag} {value!r}: must be a gs:// path "
+                       f"(a slice's disks go when it does)")
   for x in getattr(a, "overrides", []):
     if not x.startswith("--config."):
       raise UsageError(f"override {x!r}: expected --config.KEY=VALUE after --")
@@ -228,6 +239,8 @@ def main(argv=None) -> int:
   except LaunchError as e:
     print(f"launch/tpu.py: {e}", file=sys.stderr)
     return e.code
+  except KeyboardInterrupt:  # e.g. leaving `logs`; a slice that was up stays up
+    return 130
 
 
 if __name__ == "__main__":
