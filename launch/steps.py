@@ -1,0 +1,156 @@
+"""The steps of a run on a TPU slice, each a few commands printed as shell lines and then
+run (or only printed, in a dry run); and the loop that reruns them after a preemption."""
+import json
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+
+import gcloud
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent  # local commands run here
+FINAL = ("completed", "diverged")  # a run that ended so is not rerun
+POLL_S = 60  # seconds between state queries while a queued resource waits for capacity
+
+
+class UsageError(Exception):
+  """Bad input: one line, exit code 2."""
+
+
+class LaunchError(Exception):
+  """A step failed: one line, exit code `code`."""
+
+  def __init__(self, message, code=1):
+    super().__init__(message)
+    self.code = code
+
+
+class Runner:
+  """Prints each command as one shell line, then runs it (unless dry_run)."""
+
+  def __init__(self, dry_run: bool, out=None):
+    self.dry_run = dry_run
+    self.out = out or sys.stdout  # commands, notes and the commands' own output
+
+  def note(self, text: str):
+    print(f"# {text}", file=self.out, flush=True)
+
+  def run(self, argv, check=True) -> int:
+    print(shlex.join(argv), file=self.out, flush=True)
+    if self.dry_run:
+      return 0
+    code = subprocess.run(argv, cwd=ROOT, stdout=self.out, stderr=self.out).returncode
+    if check and code:
+      raise LaunchError(f"exit code {code}: {shlex.join(argv)}")
+    return code
+
+  def query(self, argv, dry_result: str | None, echo=True) -> str | None:
+    """argv's stdout, stripped (None when it fails); in a dry run, dry_result."""
+    if echo:
+      print(shlex.join(argv), file=self.out, flush=True)
+    if self.dry_run:
+      return dry_result
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+# ---- the steps (each one a few commands) ----
+
+def compile_check(r: Runner, a):
+  code = r.run([a.nplace, "compile", "--config", a.config, "--topology", a.accel.type,
+                "--batch-per-chip", str(a.batch_per_chip), *a.overrides], check=False)
+  if code == 3:
+    raise LaunchError(f"{a.config} does not fit {a.accel.type}; nothing was created", 3)
+  if code:
+    raise LaunchError(f"nplace compile failed (exit code {code})")
+
+
+def create(r: Runner, s: gcloud.Slice, a):
+  r.run(s.create(a.accel, a.spot))
+  if s.queued:
+    r.note(f"repeated every {POLL_S} s until it prints ACTIVE:")
+    state = r.query(s.state(), "ACTIVE")
+    while state != "ACTIVE":
+      if state in (None, "FAILED", "SUSPENDED"):
+        raise LaunchError(f"queued resource {s.name}: state {state}")
+      time.sleep(POLL_S)
+      state = r.query(s.state(), "ACTIVE", echo=False)
+
+
+def ensure_slice(r: Runner, s: gcloud.Slice, a):
+  """Reuses a healthy slice of that name; replaces one that is not (e.g. preempted)."""
+  state = r.query(s.state(), None)
+  if state == s.healthy:
+    r.note(f"{s.name} is {state}: reusing it")
+    return
+  if state is not None:
+    r.run(s.delete())
+  create(r, s, a)
+
+
+def setup(r: Runner, s: gcloud.Slice):
+  """Installs the committed HEAD of this checkout on every worker."""
+  tarball = f"nplace-{s.name}.tar.gz"
+  r.run(["git", "archive", "--format=tar.gz", "--prefix=nplace/", "-o", f"/tmp/{tarball}", "HEAD"])
+  r.run(s.scp(f"/tmp/{tarball}", tarball))
+  r.run(s.ssh(gcloud.install_command(tarball)))
+
+
+def stage_data(r: Runner, s: gcloud.Slice, a, prepare: bool):
+  """Copies the prepared-data cache from a.data (gs://) to every worker's disk; with
+  prepare, worker 0 first prepares the config's data and uploads it there."""
+  if not a.data:
+    return
+  if prepare:
+    prepare_argv = ["prepare", "--config", a.config, *a.overrides]
+    upload = f"gcloud storage rsync --recursive {gcloud.CACHE} {shlex.quote(a.data)}"
+    r.run(s.ssh(f"{gcloud.nplace_command(prepare_argv)} && {upload}", worker="0"))
+  r.run(s.ssh(f"mkdir -p {gcloud.CACHE} && "
+              f"gcloud storage rsync --recursive {shlex.quote(a.data)} {gcloud.CACHE}"))
+
+
+def train(r: Runner, s: gcloud.Slice, args: list[str], workdir: str) -> str | None:
+  """Runs `nplace train ARGS` on every worker until it ends; the status its summary.json gives."""
+  summary = f"{workdir}/summary.json"
+  r.run(["gcloud", "storage", "rm", summary], check=False)  # a stale one would hide a crash
+  r.run(s.ssh(gcloud.train_command(args, workdir)), check=False)  # the summary tells
+  text = r.query(["gcloud", "storage", "cat", summary], '{"status": "completed"}')
+  try:
+    return json.loads(text)["status"] if text else None
+  except (ValueError, KeyError, TypeError):
+    return None
+
+
+def run_to_end(r: Runner, s: gcloud.Slice, a, args: list[str], workdir: str) -> str:
+  """ensure_slice, setup, stage-data, train; after a preemption all again, at most a.retries
+  more times. Returns the final status; raises LaunchError when the run cannot finish."""
+  r.note(f"a run that ends neither {' nor '.join(FINAL)} on a slice that is not {s.healthy} "
+         f"(preempted) repeats from here, at most {a.retries} more times")
+  for attempt in range(a.retries + 1):
+    if attempt:
+      r.note(f"{s.name}: attempt {attempt + 1} of {a.retries + 1}")
+    error = None
+    try:
+      ensure_slice(r, s, a)
+      setup(r, s)
+      stage_data(r, s, a, prepare=getattr(a, "prepare", False) and attempt == 0)
+      status = train(r, s, args, workdir)
+    except LaunchError as e:  # e.g. ssh cut off by the preemption
+      status, error = None, e
+    if status in FINAL:
+      return status
+    state = r.query(s.state(), s.healthy)
+    if state == s.healthy and status != "preempted":
+      raise error or LaunchError(f"{s.name}: nplace train stopped with status {status} on a "
+                                 f"healthy slice; logs in {workdir}/logs/")
+    r.note(f"{s.name}: status {status}, slice {state}: resuming")
+  raise LaunchError(f"{s.name}: still not finished after {a.retries} retries")
+
+
+def on_slice(a, args: list[str]) -> list[str]:
+  """`nplace train` ARGS plus what every run on a slice needs: jax.distributed on all workers,
+  and the global batch from --batch-per-chip unless ARGS set one (a sweep trial may)."""
+  batch = [] if any(x.startswith("--config.train.batch_size=") for x in args) else [
+      f"--config.train.batch_size={a.batch_per_chip * a.accel.chips}"]
+  return [*args, "--config.distributed.initialize=True", *batch]
