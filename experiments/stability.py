@@ -1,7 +1,8 @@
 """Study A (Kan et al. 2025): does Peri-LN train where Pre-LN fails, and does dt=0.1 help?
 
 `experiments/stability.py:VARIANT`, VARIANT one of
-  cpu          placement x weight decay {0.1, 0} x 5 seeds at the stress learning rate
+  cpu          placement x weight decay {0.1, 0} x 5 seeds at the stress learning rate,
+               placements pre, peri, peri dt=0.1, peri with embed_norm, post
                (the default; a narrow 12-layer model that trains in seconds here)
   lr_scan      placement x learning rate, one seed, on the same model
   paper[,SIZE] the paper's grid on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText
@@ -12,18 +13,27 @@
 """
 from nplace.config import base_config
 
-PLACEMENTS = {  # trial label -> model overrides; dt is always set so names line up
-    "pre": {"model.placement": "pre", "model.dt": 1.0},
-    "peri": {"model.placement": "peri", "model.dt": 1.0},
-    "peri_dt0.1": {"model.placement": "peri", "model.dt": 0.1},
-    "post": {"model.placement": "post", "model.dt": 1.0},
-}
+
+def _model(placement, dt=1.0, embed_norm=False) -> dict:
+  # every key always set, so trial names line up
+  return {"model.placement": placement, "model.dt": dt, "model.embed_norm": embed_norm}
+
+
+PLACEMENTS = (
+    _model("pre"),
+    _model("peri"),
+    _model("peri", dt=0.1),
+    # Peri-LN paper's embedding norm: at GPT-2's init the token embedding (std 0.02) is
+    # otherwise drowned by 2L unit-rms branch outputs (see results/README.md).
+    _model("peri", embed_norm=True),
+    _model("post"),
+)
 WEIGHT_DECAYS = (0.1, 0.0)
 SEEDS = range(5)
 # The CPU stress rate: the lowest rate of the lr_scan at which Pre-LN stops learning
 # (see results/README.md for the scan that chose it).
 CPU_STRESS_LR = 3e-2
-CPU_SCAN_LRS = (3e-3, 1e-2, 3e-2, 1e-1)
+CPU_SCAN_LRS = (1e-3, 3e-3, 1e-2, 3e-2)
 PAPER_SCAN_LRS = (3e-4, 6e-4, 1.2e-3, 2.4e-3)
 
 
@@ -70,6 +80,6 @@ def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
   if variant.endswith("lr_scan"):
     lrs = PAPER_SCAN_LRS if variant.startswith("paper") else CPU_SCAN_LRS
-    return [{**model, "optim.lr": lr} for model in PLACEMENTS.values() for lr in lrs]
+    return [{**model, "optim.lr": lr} for model in PLACEMENTS for lr in lrs]
   return [{**model, "optim.weight_decay": wd, "seed": seed}
-          for model in PLACEMENTS.values() for wd in WEIGHT_DECAYS for seed in SEEDS]
+          for model in PLACEMENTS for wd in WEIGHT_DECAYS for seed in SEEDS]
