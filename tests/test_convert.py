@@ -134,8 +134,9 @@ def small(tmp_path_factory):
   write_hf_gpt2(directory, vocab_size=320, seed=2)
   workdir = tmp_path_factory.mktemp("small_run")
   _, flags = convert_from_hf(directory, workdir)
+  data = f"--config.data.cache_dir={tmp_path_factory.mktemp('data')}"  # prepared once
   return dict(dir=directory, workdir=workdir,
-              flags=["--config", f"{ROOT / 'experiments/gpt2.py'}:124m", *flags[2:], *SMALL_RUN])
+              flags=["--config", f"{ROOT / 'experiments/gpt2.py'}:124m", *flags[2:], *SMALL_RUN, data])
 
 
 def broken(source, target, edit):
@@ -201,8 +202,7 @@ def test_convert_usage_errors_are_one_line(argv, needle):
   assert code == 2 and err.count("\n") == 1 and needle in err, err
 
 
-def test_probe_runs_on_a_converted_checkpoint(small, tmp_path, monkeypatch):
-  monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "cache"))
+def test_probe_runs_on_a_converted_checkpoint(small, tmp_path):
   code, _, err = run("probe", *small["flags"], "--workdir", small["workdir"], "--json", tmp_path / "p.json")
   assert code == 0, err
   out = json.loads((tmp_path / "p.json").read_text())
@@ -213,8 +213,7 @@ def test_probe_runs_on_a_converted_checkpoint(small, tmp_path, monkeypatch):
   assert code == 2 and err.count("\n") == 1 and "model.n_head=8" in err, err
 
 
-def test_train_fine_tunes_a_converted_checkpoint(small, tmp_path, monkeypatch):
-  monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "cache"))
+def test_train_fine_tunes_a_converted_checkpoint(small, tmp_path):
   workdir = tmp_path / "run"
   shutil.copytree(small["workdir"], workdir)
   code, _, err = run("train", *small["flags"], "--workdir", workdir)
@@ -227,3 +226,15 @@ def test_train_fine_tunes_a_converted_checkpoint(small, tmp_path, monkeypatch):
   # Three AdamW steps of lr <= 1e-3 move each weight by a few 1e-3; a fresh init would differ by ~0.2.
   moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), tuned, start))
   assert 0 < max(moved) < 5e-3
+
+
+def test_base_model_names_and_mask_buffers_read_the_same(small, tmp_path):
+  """The released checkpoints name tensors without `transformer.` and may carry attn.bias buffers."""
+  def strip(tensors):
+    for key in list(tensors):
+      tensors[key.removeprefix("transformer.")] = tensors.pop(key)
+    tensors["h.0.attn.bias"] = np.tril(np.ones((1, 1, 16, 16), np.float32))
+  source = broken(small["dir"], tmp_path / "hf", edit_tensors(strip))
+  config = cli.parse_flags(small["flags"]).config
+  plain, prefixed = convert.read_tensors(source, config.model), convert.read_tensors(small["dir"], config.model)
+  assert sorted(plain) == sorted(prefixed) and all(np.array_equal(plain[k], prefixed[k]) for k in plain)
