@@ -19,8 +19,11 @@ import ml_collections
 import numpy as np
 from absl import flags
 from flax import traverse_util
+from safetensors import safe_open
+from safetensors.numpy import save_file
 
 from nplace import checkpoint, model, train_state
+from nplace.cli import UsageError, parse_flags
 from nplace.config import ConfigError, experiment, validate
 
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # HF's names for GPT-2's tanh-approximated GELU
@@ -62,7 +65,6 @@ def config_from_hf(hf: dict, where) -> tuple[ml_collections.ConfigDict, str]:
   """(config, the flags that give it) for HF GPT-2 config `hf`: experiments/gpt2.py's preset
   needing the fewest overrides, its model section set from `hf`. UsageError naming the key
   for what nplace cannot hold."""
-  from nplace.cli import UsageError
   if hf.get("model_type") != "gpt2":
     raise UsageError(f"{where}: model_type={hf.get('model_type')!r}: only GPT-2 ('gpt2') converts")
   keys = ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd", "layer_norm_epsilon",
@@ -102,13 +104,13 @@ def config_flags(config, size: str) -> str:
 def read_tensors(directory, m) -> dict:
   """The tensors of HF GPT-2 `directory` (float32 numpy, names without PREFIX), checked
   against the names and shapes model config `m` implies."""
-  from safetensors import safe_open
-
-  from nplace.cli import UsageError
   directory = pathlib.Path(directory)
   index = directory / "model.safetensors.index.json"  # a checkpoint sharded over several files
-  files = (sorted({directory / f for f in json.loads(index.read_text())["weight_map"].values()})
-           if index.is_file() else [directory / "model.safetensors"])
+  try:
+    files = (sorted({directory / f for f in json.loads(index.read_text())["weight_map"].values()})
+             if index.is_file() else [directory / "model.safetensors"])
+  except (json.JSONDecodeError, KeyError, AttributeError) as e:
+    raise UsageError(f"{index}: not a safetensors index ({type(e).__name__}: {e})") from None
   expected, tensors = hf_shapes(m), {}
   for file in files:
     if not file.is_file():
@@ -174,7 +176,6 @@ def hf_config(m) -> dict:
 
 def from_hf(directory, workdir) -> str:
   """Writes HF GPT-2 `directory` as step 0 of `workdir`; returns the flags that describe it."""
-  from nplace.cli import UsageError
   config_file = pathlib.Path(directory) / "config.json"
   try:
     config, flags_line = config_from_hf(json.loads(config_file.read_text()), config_file)
@@ -193,7 +194,6 @@ def from_hf(directory, workdir) -> str:
 
 def to_hf(workdir, out, step=None) -> int:
   """Writes checkpoint `step` (default: the newest) of `workdir` as a HF GPT-2 directory."""
-  from safetensors.numpy import save_file
   config, step = checkpoint.read_config(workdir, step)
   for key, want in GPT2_ARCH.items():
     if config.model[key] != want:
@@ -219,7 +219,6 @@ def _define(fv):
 
 def main(argv):
   """`nplace convert --from-hf DIR --out WORKDIR` | `--to-hf --workdir DIR [--step N] --out HF_DIR`."""
-  from nplace.cli import UsageError, parse_flags
   fv = parse_flags(argv, _define, need_config=False)
   source, to = fv["from-hf"].value, fv["to-hf"].value
   if fv.config is not None:

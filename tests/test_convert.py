@@ -183,7 +183,8 @@ def test_bad_hf_input_is_one_line(small, tmp_path, edit, needle):
 
 def test_to_hf_refuses_a_placement_hf_has_not(make_config, tmp_path):
   config = make_config(placement="peri")
-  state = train_state.start_from(config, model.init(config.model, jax.random.key(0)))
+  zeros = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), model.abstract_params(config.model))
+  state = train_state.start_from(config, zeros)  # a peri run's checkpoint (weights don't matter)
   mngr = checkpoint.manager(tmp_path, ml_collections.ConfigDict(dict(every=1, keep=1, async_save=False)))
   checkpoint.save(mngr, 5, state, None, config)
   code, _, err = run("convert", "--to-hf", "--workdir", tmp_path, "--out", tmp_path / "hf")
