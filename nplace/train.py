@@ -88,7 +88,8 @@ def train(config, workdir) -> dict:
   train_iter = data.make_iterator(config.data, "train", local_batch, seed=config.seed, shuffle=True)
 
   mngr = checkpoint.manager(workdir, config.checkpoint)
-  state, start = checkpoint.restore_latest(mngr, train_state.abstract(config), state_shardings, train_iter)
+  state, start = checkpoint.restore_latest(mngr, train_state.abstract(config), state_shardings, train_iter,
+                                         model_config=config.model)
   if state is None:
     state = train_state.init(config, state_shardings)
   train_step, eval_step = train_state.compile_steps(config, mesh, state_shardings)

@@ -9,10 +9,14 @@ import optax
 from nplace import model, optim, sharding
 
 
-def _init_boxed(config, key):
-  params = model.init_boxed(config.model, key)
+def start_from(config, params):
+  """Step 0 at `params` (plain or boxed) with a fresh optimizer state."""
   return {"step": jnp.zeros((), jnp.int32), "params": params,
           "opt_state": optim.make(config.optim, config.train.steps).init(params)}
+
+
+def _init_boxed(config, key):
+  return start_from(config, model.init_boxed(config.model, key))
 
 
 def abstract_boxed(config):

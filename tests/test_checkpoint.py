@@ -4,8 +4,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import pytest
 
 from nplace import checkpoint, sharding
+from nplace.config import ConfigError
 
 
 def _setup(tmp_path):
@@ -38,3 +40,28 @@ def test_corrupted_newest_checkpoint_falls_back_to_previous(tmp_path, capsys):
 def test_no_checkpoint_means_fresh_start(tmp_path):
   mngr, it, _ = _setup(tmp_path)
   assert checkpoint.restore_latest(mngr, {}, {}, it) == (None, 0)
+
+
+def test_checkpoint_without_data_restores_and_leaves_the_iterator_at_its_start(tmp_path):
+  mngr, it, config = _setup(tmp_path)
+  state = {"w": jnp.ones((2,))}
+  checkpoint.save(mngr, 0, state, None, config, force=True)
+  mngr.wait_until_finished()
+  mesh = sharding.make_mesh(ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1}))
+  abstract = jax.eval_shape(lambda: state)
+  restored, step = checkpoint.restore_latest(mngr, abstract, {"w": sharding.replicated(mesh)}, it)
+  assert step == 0
+  np.testing.assert_array_equal(restored["w"], state["w"])
+  np.testing.assert_array_equal(next(it), [0, 1])
+
+
+def test_restoring_under_another_model_config_names_the_key(tmp_path, make_config):
+  mngr, it, _ = _setup(tmp_path)
+  saved = make_config()
+  checkpoint.save(mngr, 1, {"w": jnp.ones((2,))}, it, saved)
+  mngr.wait_until_finished()
+  checkpoint.check_model(checkpoint.saved_config(mngr, 1), make_config(remat="full", dtype="bfloat16").model, 1)
+  with pytest.raises(ConfigError, match=r"model.norm_eps=1e-06: the checkpoint at step 1 holds .*norm_eps=1e-05"):
+    checkpoint.check_model(checkpoint.saved_config(mngr, 1), make_config(norm_eps=1e-6).model, 1)
+  with pytest.raises(ConfigError, match="model.n_layer"):
+    checkpoint.restore_latest(mngr, {}, {}, model_config=make_config(n_layer=3).model)
