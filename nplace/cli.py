@@ -20,6 +20,7 @@ COMMANDS = {  # name -> module whose main(argv) runs it
     "prepare": "nplace.data.command",
     "train": "nplace.train",
     "probe": "nplace.probes.command",
+    "plot": "nplace.compare",
 }
 USAGE = f"usage: nplace {{{','.join(COMMANDS)}}} [--config FILE[:ARG]] [--config.KEY=VALUE ...]"
 
