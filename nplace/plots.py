@@ -1,9 +1,10 @@
 """Figures for TensorBoard images and files on disk (matplotlib, no pyplot: Agg canvases).
 
-Sized for TensorBoard's image cards: 600 x 400 pixels with 11-point text stays legible when
-a card shrinks the image to ~400 pixels wide. Each probe's y scale (log or linear, fixed
-range for bounded quantities) comes from `nplace.probes.catalog`, never from the values, so
-two runs' images compare by eye; a nearly flat curve is drawn flat.
+Sized for TensorBoard's image cards, which show an image ~350 pixels wide in a 1600-pixel
+window: 480 x 320 pixels with 11-13 point text keeps every label legible there (and a
+PDF or SVG from `save` scales for a paper). Each probe's y scale (log or linear, fixed
+range for bounded quantities) comes from `nplace.probes.catalog`, never from the values,
+so two runs' images compare by eye; a nearly flat curve is drawn flat.
 """
 import functools
 
@@ -15,13 +16,14 @@ from matplotlib.figure import Figure
 
 from nplace.probes import catalog
 
-WIDTH, HEIGHT, DPI = 600, 400, 100
-STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9,
-         "xtick.labelsize": 10, "ytick.labelsize": 10, "axes.grid": True, "grid.alpha": 0.3}
+WIDTH, HEIGHT, DPI = 480, 320, 100
+STYLE = {"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fontsize": 10,
+         "xtick.labelsize": 11, "ytick.labelsize": 11, "axes.grid": True, "grid.alpha": 0.3}
 MEASURED, THEORY = "tab:blue", "tab:red"
 SUBLAYERS = {"attn": ("attention", "tab:blue", "o"), "mlp": ("MLP", "tab:green", "s")}
-MARGINS = {"left": 0.14, "right": 0.97, "bottom": 0.14, "top": 0.91}  # fixed: a layout engine costs ~4x the drawing
+MARGINS = {"left": 0.17, "right": 0.97, "bottom": 0.16, "top": 0.9}  # fixed: a layout engine costs ~4x the drawing
 MIN_DECADES = 1.0  # a log axis spans at least this much, a linear one 10% of its level
+MIN_CENTER_REACH = 0.3  # decades either side of 1 on a backward-factor heatmap (0.5 .. 2)
 
 
 def _styled(draw):
@@ -42,7 +44,7 @@ def _figure():
 
 class _LogLabels(ticker.Formatter):
   """Plain labels ("0.6", "1e-05") on log axes; minor ticks labelled only on a short axis,
-  which may hold a single major tick: all under a decade, 2 and 5 x 10^k under two."""
+  which may hold a single major tick: all under a factor 3, 2 and 5 x 10^k under two decades."""
 
   def __init__(self, minor: bool):
     self.minor = minor
@@ -50,10 +52,17 @@ class _LogLabels(ticker.Formatter):
   def __call__(self, value, pos=None):
     if self.minor:
       lo, hi = self.axis.get_view_interval()
-      shown = "123456789" if hi / lo < 10 else "25" if hi / lo < 100 else ""
+      shown = "123456789" if hi / lo < 3 else "25" if hi / lo < 100 else ""
       if f"{value:.0e}"[0] not in shown:
         return ""
+    return _short(value)
+
+
+def _short(value) -> str:
+  """At most ~5 characters: 0.5, 20, 1e-5, 3e4."""
+  if 1e-2 <= abs(value) < 1e4 or value == 0:
     return f"{value:.2g}"
+  return f"{value:.0e}".replace("e-0", "e-").replace("e+0", "e").replace("e+", "e")
 
 
 def _finite(values, log):
@@ -61,24 +70,32 @@ def _finite(values, log):
   return v[np.isfinite(v) & (v > 0)] if log else v[np.isfinite(v)]
 
 
-def _ylim(ax, values, log, fixed=None):
-  """Limits that never stretch a flat curve: at least MIN_DECADES (log) or 10% of the
-  level (linear); `fixed` (a bounded quantity) widened only to fit what lies outside it."""
+def _limits(values, log, fixed=None):
+  """(lo, hi) that never stretch a flat series: at least MIN_DECADES (log) or 10% of the
+  level (linear); `fixed` (a bounded quantity) widened only to fit what lies outside it.
+  None when nothing is finite."""
   v = _finite(values, log)
   if fixed is not None:
     lo, hi = fixed
     if v.size:
       lo, hi = min(lo, v.min()), max(hi, v.max())
     pad = 0.03 * (hi - lo)
-    ax.set_ylim(lo - pad, hi + pad)
-  elif v.size and log:
+    return lo - pad, hi + pad
+  if not v.size:
+    return None
+  if log:
     lo, hi = np.log10(v.min()), np.log10(v.max())
     mid, half = (lo + hi) / 2, max(hi - lo, MIN_DECADES) / 2 * 1.1
-    ax.set_ylim(10 ** (mid - half), 10 ** (mid + half))
-  elif v.size:
-    lo, hi = v.min(), v.max()
-    mid, half = (lo + hi) / 2, max(hi - lo, 0.1 * max(abs(lo), abs(hi)), 1e-12) / 2 * 1.1
-    ax.set_ylim(mid - half, mid + half)
+    return 10 ** (mid - half), 10 ** (mid + half)
+  lo, hi = v.min(), v.max()
+  mid, half = (lo + hi) / 2, max(hi - lo, 0.1 * max(abs(lo), abs(hi)), 1e-12) / 2 * 1.1
+  return mid - half, mid + half
+
+
+def _ylim(ax, values, log, fixed=None):
+  limits = _limits(values, log, fixed)
+  if limits:
+    ax.set_ylim(*limits)
 
 
 def _yscale(ax, log):
@@ -121,7 +138,7 @@ def profile(name, values, kind, theory=None, theory_label=None, step=None) -> Fi
     ax.plot(x[:theory.size], theory, color=THEORY, lw=2, label=theory_label or "theory")
     shown.append(theory)
   if kind != "single":
-    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=8, integer=True))
     ax.set_xlim(x.min() - 0.5, x.max() + 0.5)
   if kind == "sublayer" or theory is not None:
     ax.legend(loc="best")
@@ -142,18 +159,15 @@ def _edges(centers):
 
 
 def _color_norm(p, values):
-  """Log colours for log probes, symmetric about `center` (1 for backward factors: below
-  it one colour, above it another); a bounded quantity's fixed range; else the data's."""
-  v = _finite(values, p.log)
-  if p.log and v.size:
-    lo, hi = v.min(), v.max()
-    if p.center is not None:
-      reach = max(abs(np.log10(lo / p.center)), abs(np.log10(hi / p.center)), 0.05)
-      return colors.LogNorm(p.center * 10 ** -reach, p.center * 10 ** reach), "RdBu_r"
-    return colors.LogNorm(lo, hi if hi > lo else lo * 10), "viridis"
-  if p.ylim is not None:
-    return colors.Normalize(*p.ylim), "viridis"
-  return colors.Normalize(), "viridis"
+  """Colours over the same limits as a profile's y axis; a probe with a `center` (1 for
+  backward factors) gets a diverging map symmetric about it in log: below 1 one colour,
+  above it the other."""
+  if p.center is not None:
+    v = _finite(values, True)
+    reach = max(np.abs(np.log10(v / p.center)).max() if v.size else 0, MIN_CENTER_REACH)
+    return colors.LogNorm(p.center * 10 ** -reach, p.center * 10 ** reach), "RdBu_r"
+  limits = _limits(values, p.log, p.ylim) or (1.0, 10.0)
+  return (colors.LogNorm if p.log else colors.Normalize)(*limits), "viridis"
 
 
 @_styled
@@ -164,16 +178,19 @@ def heatmap(name, steps, values_SN, kind, labels) -> Figure:
   y = np.array([catalog.position(label) for label in labels])
   order = np.argsort(y)
   fig, ax = _figure()
-  fig.subplots_adjust(right=0.78)
+  fig.subplots_adjust(right=0.75)
   norm, cmap = _color_norm(p, values_SN)
   mesh = ax.pcolormesh(_edges(steps), _edges(y[order]), np.ma.masked_invalid(values_SN[:, order].T),
                        norm=norm, cmap=cmap, shading="flat")
-  bar = fig.colorbar(mesh, cax=fig.add_axes((0.81, MARGINS["bottom"], 0.025, MARGINS["top"] - MARGINS["bottom"])),
+  bar = fig.colorbar(mesh, cax=fig.add_axes((0.78, MARGINS["bottom"], 0.025, MARGINS["top"] - MARGINS["bottom"])),
                      label=p.ylabel)
   if p.log:
     bar.formatter, bar.minorformatter = _LogLabels(minor=False), _LogLabels(minor=True)
-  ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
-  ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+  ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=6, integer=True))
+  if len(steps) <= 6:  # a tick at each probe step
+    ax.set_xticks(steps)
+  else:
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=5, integer=True))
   ax.grid(False)
   ax.set_xlabel("step")
   ax.set_ylabel(catalog.XLABELS[kind])

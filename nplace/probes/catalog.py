@@ -74,4 +74,4 @@ def position(label: str) -> float:
 
 
 XLABELS = {"block": "layer l (output of block l)", "source": "source layer l of J_{l->L}",
-           "sublayer": "layer (attention at l - 1/2, MLP at l)", "single": "step"}
+           "sublayer": "layer l (attn at l-½, MLP at l)", "single": "step"}

@@ -29,7 +29,7 @@ def theory_curves(config, results, step: int) -> dict:
   `<name>_theory` results plus Post-LN similarity from the Gram recursion, which predicts
   the init for i.i.d. tokens under uniform attention and so is drawn at step 0 only."""
   labels = {"rms": "bound rms(h_0) + 2l dt max|g|" + (" + rms(b)" if config.model.norm == "layernorm" else ""),
-            "grad_h": "norm factors alone: |dL/dh_L| x prod rms(g)/r"}
+            "grad_h": "|dL/dh_L| x norm factors above"}
   curves = {name.removesuffix(THEORY_SUFFIX): np.asarray(value)
             for name, value in results.items() if name.endswith(THEORY_SUFFIX)}
   out = {name: (curve, labels[name]) for name, curve in curves.items()}
