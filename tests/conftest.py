@@ -32,11 +32,11 @@ def make_config():
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
-PROBE_RUN = [  # tiny peri (LayerNorm) run, probed at every step: every probe kind in 3 steps
-    "--config", str(ROOT / "experiments/tiny.py:peri"), "--config.train.steps=3",
+PROBE_RUN = [  # tiny peri (LayerNorm) run, probed at every step: every probe kind in 2 steps
+    "--config", str(ROOT / "experiments/tiny.py:peri"), "--config.train.steps=2",
     "--config.model.n_layer=2", "--config.model.d_model=32", "--config.data.seq_len=16",
     "--config.data.synthetic_tokens=65536", "--config.train.batch_size=8", "--config.train.log_every=1",
-    "--config.train.eval_every=3", "--config.train.eval_batches=1", "--config.checkpoint.every=3",
+    "--config.train.eval_every=2", "--config.train.eval_batches=1", "--config.checkpoint.every=2",
     "--config.probe.every=1", "--config.probe.batch_size=2", "--config.probe.hutchinson_probes=2",
     "--config.probe.power_iters=0",
 ]
@@ -44,7 +44,7 @@ PROBE_RUN = [  # tiny peri (LayerNorm) run, probed at every step: every probe ki
 
 @pytest.fixture(scope="session")
 def probe_run(tmp_path_factory):
-  """The run directory of a real 3-step `nplace train` with the probes at steps 0..3."""
+  """The run directory of a real 2-step `nplace train` with the probes at steps 0, 1, 2."""
   tmp = tmp_path_factory.mktemp("probe_run")
   env = dict(os.environ, NPLACE_CACHE=str(tmp / "cache"), JAX_PLATFORMS="cpu")
   done = subprocess.run([BIN / "nplace", "train", "--workdir", str(tmp / "run"), *PROBE_RUN], env=env,

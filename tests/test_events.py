@@ -26,14 +26,14 @@ def test_probe_history_of_a_real_run(probe_run):
   scalars = events.read_scalars(probe_run)
   sim = history["similarity"]
   assert (sim.kind, sim.labels, sim.steps.tolist(), sim.values.shape) == (
-      "block", ["layer_001", "layer_002"], [0, 1, 2, 3], (4, 2))
+      "block", ["layer_001", "layer_002"], [0, 1, 2], (3, 2))
   np.testing.assert_array_equal(sim.values[:, 1], scalars["probe/similarity/layer_002"][1])
   assert history["jacobian_frobenius"].labels == ["layer_000", "layer_001"]
   assert history["jacobian_frobenius"].kind == "source"
   norm = history["norm_in_backward"]
   assert norm.kind == "sublayer" and norm.labels == ["attn_001", "mlp_001", "attn_002", "mlp_002"]
   loss = history["loss"]
-  assert loss.kind == "single" and loss.labels == [""] and loss.values.shape == (4, 1)
+  assert loss.kind == "single" and loss.labels == [""] and loss.values.shape == (3, 1)
   assert not any(name.endswith("_theory") for name in history)
   assert np.isfinite(np.concatenate([h.values.ravel() for h in history.values()])).all()
 

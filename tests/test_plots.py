@@ -92,7 +92,7 @@ def test_plot_command_compares_a_run_and_a_probe_json(probe_run, tmp_path, capsy
   assert cli.main(["plot", str(probe_run), str(probed), "--probe", "similarity", "--out", str(out)]) == 0
   assert Image.open(out).size == (plots.WIDTH, plots.HEIGHT)
   fig = compare.figure([probe_run, probed], "similarity")
-  assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["run (step 3)", "init (step 0)"]
+  assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["run (step 2)", "init (step 0)"]
   assert cli.main(["plot", str(probe_run), "--probe", "loss", "--out", str(out)]) == 0
 
 

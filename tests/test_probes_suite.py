@@ -79,7 +79,7 @@ def test_tensorboard_server_shows_every_probe_tag(probe_run, tensorboard_api):
 
 def test_tensorboard_serves_a_profile_png(tensorboard_api):
   (sample,) = [e for e in tensorboard_api("/data/plugin/images/images?run=.&tag=probe_profile/similarity&sample=0")
-               if e["step"] == 3]
+               if e["step"] == 2]
   png = tensorboard_api(f"/data/plugin/images/individualImage?{sample['query']}")
   assert Image.open(io.BytesIO(png)).size == (plots.WIDTH, plots.HEIGHT)
 
