@@ -61,7 +61,8 @@ class _LogLabels(ticker.Formatter):
 def _short(value) -> str:
   """At most ~5 characters: 0.5, 20, 1e-5, 3e4."""
   if 1e-2 <= abs(value) < 1e4 or value == 0:
-    return f"{value:.2g}"
+    text = f"{value:.2g}"
+    return f"{value:.0f}" if "e" in text else text  # 100, not 1e+02
   return f"{value:.0e}".replace("e-0", "e-").replace("e+0", "e").replace("e+", "e")
 
 

@@ -28,6 +28,8 @@ def test_profile_of_48_layers_with_theory(tmp_path):
   assert [t.get_text() for t in ax.get_legend().get_texts()] == ["measured", "norm factors alone"]
   assert png_size(fig, tmp_path / "p.png") == (plots.WIDTH, plots.HEIGHT)
   assert plots.to_rgb(fig).shape == (plots.HEIGHT, plots.WIDTH, 3)
+  ticks = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+  assert {"1e-4", "0.01", "1"} <= set(ticks) and not any("e+" in t or "$" in t for t in ticks), ticks
 
 
 def test_profile_of_a_one_value_probe(tmp_path):
