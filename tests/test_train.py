@@ -95,11 +95,12 @@ def test_run_completes_with_summary_and_scalars(reference):
 def test_probes_run_at_init_and_every_n_steps(reference):
   acc = event_accumulator.EventAccumulator(str(reference), size_guidance={"scalars": 0, "images": 0})
   acc.Reload()
-  for name in ("similarity", "grad_h", "jacobian_frobenius", "norm_backward"):
-    assert [e.step for e in acc.Scalars(f"probe/{name}/layer_000")] == [0, 20, 40], name
-    assert [e.step for e in acc.Images(f"probe/{name}")] == [0, 20, 40]
-  assert f"probe/similarity/layer_{1:03d}" in acc.Tags()["scalars"]
-  assert "probe/similarity" in acc.Tags()["histograms"]
+  for name, first in (("similarity", "layer_001"), ("grad_h", "layer_001"), ("jacobian_frobenius", "layer_000"),
+                      ("norm_backward", "attn_001")):
+    assert [e.step for e in acc.Scalars(f"probe/{name}/{first}")] == [0, 20, 40], name
+    assert [e.step for e in acc.Images(f"probe_profile/{name}")] == [0, 20, 40]
+  assert [e.step for e in acc.Images("probe_heatmap/similarity")] == [0, 20, 40]
+  assert "probe_hist/similarity" in acc.Tags()["histograms"]
 
 
 def test_probe_command_reads_a_checkpoint(reference, tmp_path, env):
@@ -110,7 +111,7 @@ def test_probe_command_reads_a_checkpoint(reference, tmp_path, env):
   result = json.loads(out.read_text())
   assert result["step"] == 20 and result["n_layer"] == 2 and len(result["similarity"]) == 2
   # The same probes at the same checkpoint on the same batch as training logged at step 20.
-  logged = scalars(reference, "probe/similarity/layer_001")[20]
+  logged = scalars(reference, "probe/similarity/layer_002")[20]
   assert result["similarity"][1] == pytest.approx(logged, rel=1e-4)
 
 
