@@ -20,6 +20,8 @@ COMMANDS = {  # name -> module whose main(argv) runs it
     "prepare": "nplace.data.command",
     "train": "nplace.train",
     "probe": "nplace.probes.command",
+    "eval": "nplace.evaluation",
+    "sweep": "nplace.sweep",
 }
 USAGE = f"usage: nplace {{{','.join(COMMANDS)}}} [--config FILE[:ARG]] [--config.KEY=VALUE ...]"
 
