@@ -31,7 +31,10 @@ def load_sweep(config_spec: str) -> list[dict]:
   spec.loader.exec_module(module)
   if not hasattr(module, "get_sweep"):
     raise GridError(f"{path} has no get_sweep(arg): nothing to sweep")
-  trials = module.get_sweep(arg) if arg else module.get_sweep()
+  try:
+    trials = module.get_sweep(arg) if arg else module.get_sweep()
+  except Exception as e:  # a bad ARG, typically: the file's own message, on one line
+    raise GridError(f"{config_spec}: get_sweep raised {type(e).__name__}: {e}") from None
   if not trials or not all(isinstance(t, dict) for t in trials):
     raise GridError(f"{config_spec}: get_sweep must return a non-empty list of dicts (dotted key -> value)")
   return trials

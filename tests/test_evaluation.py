@@ -55,7 +55,7 @@ def test_eval_command_reproduces_training_eval_from_the_checkpoint_config(run, t
   assert "eval: BERTScore off" in done.stdout
 
 
-def test_eval_command_at_a_step_with_an_overriding_config(run, tmp_path):
+def test_eval_command_at_a_step_with_an_overriding_config(run, tmp_path, capsys):
   workdir, config, _ = run
   acc = event_accumulator.EventAccumulator(str(workdir), size_guidance={"scalars": 0})
   acc.Reload()
@@ -63,9 +63,9 @@ def test_eval_command_at_a_step_with_an_overriding_config(run, tmp_path):
   experiment = tmp_path / "cfg.py"  # the run's config as an experiment file, ROUGE off
   experiment.write_text("import json\nfrom nplace.config import from_saved\n\n"
                         f"def get_config():\n  return from_saved(json.loads({config.to_json()!r}))\n")
-  done = eval_command("--workdir", workdir, "--step", 2, "--config", experiment, "--config.eval.rouge=False",
-                      "--json", tmp_path / "eval.json")
-  assert done.returncode == 0, done.stderr
+  code = cli.main(["eval", "--workdir", str(workdir), "--step", "2", "--config", str(experiment),
+                   "--config.eval.rouge=False", "--json", str(tmp_path / "eval.json")])
+  assert code == 0, capsys.readouterr().err
   out = json.loads((tmp_path / "eval.json").read_text())
   assert out["step"] == 2 and out["rouge_text"] is None and "rouge1" not in out
   assert out["val_perplexity"] == pytest.approx(logged[2], rel=1e-5)
