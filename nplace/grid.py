@@ -26,6 +26,8 @@ class Trial:
 def load_sweep(config_spec: str) -> list[dict]:
   """`get_sweep(ARG)` (or `get_sweep()`) of the experiment file in `FILE[:ARG]`."""
   path, _, arg = config_spec.partition(":")
+  if not pathlib.Path(path).is_file():
+    raise GridError(f"{path}: no such experiment file")
   spec = importlib.util.spec_from_file_location(f"nplace_grid_{pathlib.Path(path).stem}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
