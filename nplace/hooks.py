@@ -157,7 +157,7 @@ class StepLog:
     s["loss_spikes"] = int(self.spikes.count)
     if step % t.log_every == 0 or step == t.steps:
       if step > self.config.optim.warmup_steps and math.isfinite(loss):
-        s["max_train_loss"] = max(loss, s["max_train_loss"] or -math.inf)
+        s["max_train_loss"] = loss if s["max_train_loss"] is None else max(loss, s["max_train_loss"])
       self._log(step, loss, m, now)
 
   def _log(self, step, loss, m, now):
