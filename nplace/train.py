@@ -33,10 +33,14 @@ class _Preemption:
 
   def __init__(self):
     self.requested = False
-    signal.signal(signal.SIGTERM, self._handle)
+    self._previous = signal.signal(signal.SIGTERM, self._handle)
 
   def _handle(self, *_):
     self.requested = True
+
+  def restore(self):
+    """The handler from before the run: between the trials of `nplace sweep`, SIGTERM ends it."""
+    signal.signal(signal.SIGTERM, self._previous)
 
 
 def _global_batch(local_batch, batch_sharding):
@@ -129,6 +133,7 @@ def _run(config, workdir, mesh, state_shardings, meta, mngr, progress, is_main) 
     log.flush()
     loop.end(summary["step"], state, summary["status"])
   finally:
+    preemption.restore()
     writer.close()
   if summary["val_loss"] is not None:
     summary["collapsed"] = bool(collapsed(summary["val_loss"], meta["frequency_loss"]))
