@@ -1,5 +1,8 @@
 """Study A's evaluation numbers from per-sequence losses and teacher-forced predictions:
 perplexity both ways, ROUGE-1/2/L (rouge-score, stemmer on) and, when configured, BERTScore."""
+import importlib.util
+import pathlib
+
 import numpy as np
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
@@ -35,9 +38,9 @@ def bertscore_unavailable(model_path: str | None) -> str | None:
   """Why BERTScore cannot run (one line), or None when it can."""
   if not model_path:
     return "BERTScore off (set eval.bertscore_model to a local model directory to compute it)"
-  try:
-    import bert_score  # noqa: F401
-  except ImportError:
+  if not pathlib.Path(model_path).is_dir():
+    return f"BERTScore skipped: eval.bertscore_model={model_path} is not a directory (no download)"
+  if importlib.util.find_spec("bert_score") is None:
     return (f"BERTScore skipped: the bert-score package is not installed "
             f"(pip install 'nplace[bertscore]'); eval.bertscore_model={model_path}")
   return None

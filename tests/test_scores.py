@@ -1,5 +1,6 @@
 """Evaluation numbers on hand-computed values: perplexity both ways, ROUGE (rouge-score with the
 stemmer), the decoders ROUGE compares, BERTScore's one-line refusals."""
+import importlib.util
 import math
 
 import pytest
@@ -37,8 +38,9 @@ def test_decoders_token_ids_for_synthetic_and_text_for_byte():
   assert decode(list(b"Hi there") + [256]) == "Hi there" and kind == "text (byte tokenizer)"
 
 
-def test_bertscore_needs_a_path_and_the_package(monkeypatch):
+def test_bertscore_needs_a_local_model_and_the_package(monkeypatch, tmp_path):
   assert "eval.bertscore_model" in scores.bertscore_unavailable(None)
-  monkeypatch.setitem(__import__("sys").modules, "bert_score", None)  # import fails: not installed
-  note = scores.bertscore_unavailable("/models/roberta")
+  assert "not a directory" in scores.bertscore_unavailable(str(tmp_path / "missing"))
+  monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # as if not installed
+  note = scores.bertscore_unavailable(str(tmp_path))
   assert "bert-score" in note and "\n" not in note
