@@ -10,11 +10,10 @@ import sys
 
 import grain
 import jax
-import ml_collections
 import orbax.checkpoint as ocp
 
 from nplace import train_state
-from nplace.config import ConfigError, base_config
+from nplace.config import ConfigError, base_config, from_saved
 
 # Model keys that may change between save and restore: they do not change the function.
 FREE_MODEL_KEYS = ("init", "init_std", "remat", "dtype")
@@ -98,11 +97,12 @@ def _open(workdir, checkpoint_config, step=None):
 def read_config(workdir, step=None):
   """(config, step): the config checkpoint `step` (default: the newest) was saved with."""
   mngr, step = _open(workdir, base_config().checkpoint, step)
-  return ml_collections.ConfigDict(saved_config(mngr, step)), step
+  return from_saved(saved_config(mngr, step)), step
 
 
 def restore_params(config, workdir, step=None):
-  """(params, step) of a training checkpoint, on the default device; for `nplace probe`."""
+  """(params, step) of a training checkpoint, on the default device; for `nplace probe` and
+  `nplace eval`."""
   mngr, step = _open(workdir, config.checkpoint, step)
   abstract = train_state.abstract(config)
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])

@@ -1,0 +1,25 @@
+"""Trial names and overrides of experiment grids (the sweep itself: test_sweep.py)."""
+import pytest
+
+from nplace import grid
+from nplace.config import base_config
+
+
+def test_trial_names_are_readable_stable_and_unambiguous():
+  assert grid.trial_name({"model.placement": "peri", "model.dt": 0.1, "optim.weight_decay": 0.0, "seed": 3}) \
+      == "placement=peri,dt=0.1,weight_decay=0,seed=3"
+  # Two keys ending alike keep their full names; a path's slashes and colons become dashes.
+  assert grid.trial_name({"model.init_std": 0.02, "optim.init_std": 1e-5}) \
+      == "model.init_std=0.02,optim.init_std=1e-05"
+  assert grid.trial_name({"data.source": "text:/data/a b.txt"}) == "source=text--data-a-b.txt"
+  assert grid.trial_name({}) == "base"
+
+
+def test_apply_copies_and_names_bad_keys_and_types():
+  base = base_config()
+  config = grid.apply(base, {"model.dt": 0.1, "seed": 2}, "trial t")
+  assert (config.model.dt, config.seed, base.model.dt, base.seed) == (0.1, 2, 1.0, 0)
+  with pytest.raises(grid.GridError, match="trial t: no such config key 'model.dt.x'"):
+    grid.apply(base, {"model.dt.x": 1}, "trial t")
+  with pytest.raises(grid.GridError, match="trial t: model.n_layer='four'"):
+    grid.apply(base, {"model.n_layer": "four"}, "trial t")
