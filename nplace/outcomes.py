@@ -6,9 +6,11 @@ failures. Each kind is reported separately; a run can fail in more than one way.
 - `nonfinite`: the loss or a gradient was not finite — the run stopped (`status` diverged),
   skipped updates (`skipped_steps` > 0, with `train.on_divergence=skip`), or its final
   validation loss is NaN/inf.
-- `frequency_loss`: the final validation loss is no better than `FREQUENCY_MARGIN` nats below
-  the frequency loss (the unigram cross-entropy): the model learned unigram statistics at most.
-  A loss above the frequency loss counts too (a model stuck at uniform predictions failed as well).
+- `frequency_loss`: the run did not stop diverged and its final validation loss is no better than
+  `FREQUENCY_MARGIN` nats below the frequency loss (the unigram cross-entropy): the model learned
+  unigram statistics at most. A loss above the frequency loss counts too (a model stuck at
+  uniform predictions failed as well). A diverged run's last validation loss predates the
+  blow-up, so it is not judged.
 - `spike`: the z-score detector counted at least `SPIKE_MIN_COUNT` loss spikes *and* the largest
   train loss after warmup (`max_train_loss`) reached the frequency loss: a sudden jump that threw
   away everything beyond unigram statistics, not noise on a flat curve.
@@ -45,7 +47,8 @@ def failures(summary: dict) -> tuple[str, ...]:
   if (summary.get("status") == "diverged" or (summary.get("skipped_steps") or 0) > 0
       or (val is not None and not math.isfinite(val))):
     found.append("nonfinite")
-  if _finite(val) and _finite(freq) and val >= freq - FREQUENCY_MARGIN:
+  if (summary.get("status") != "diverged" and _finite(val) and _finite(freq)
+      and val >= freq - FREQUENCY_MARGIN):
     found.append("frequency_loss")
   peak = summary.get("max_train_loss")
   if ((summary.get("loss_spikes") or 0) >= SPIKE_MIN_COUNT and _finite(peak) and _finite(freq)

@@ -50,9 +50,16 @@ def test_spike_needs_the_detector_and_a_jump_to_the_frequency_loss():
 
 
 def test_kinds_are_reported_together_most_severe_first():
-  s = summary(status="diverged", val_loss=FREQ, loss_spikes=1, max_train_loss=9.0)
-  assert outcomes.failures(s) == outcomes.KINDS
-  assert outcomes.outcome(s) == "nonfinite"
+  s = summary(val_loss=FREQ, loss_spikes=1, max_train_loss=9.0)
+  assert outcomes.failures(s) == ("frequency_loss", "spike")
+  s = summary(status="diverged", val_loss=2.5, loss_spikes=1, max_train_loss=9.0)
+  assert outcomes.failures(s) == ("nonfinite", "spike") and outcomes.outcome(s) == "nonfinite"
+
+
+def test_a_diverged_runs_last_val_loss_is_not_judged():
+  assert outcomes.failures(summary(status="diverged", val_loss=FREQ + 1)) == ("nonfinite",)
+  # skipped non-finite steps, but the run went on: its final loss is judged
+  assert outcomes.failures(summary(skipped_steps=2, val_loss=FREQ + 1)) == ("nonfinite", "frequency_loss")
 
 
 def test_missing_fields_are_no_evidence():
