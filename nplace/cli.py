@@ -29,9 +29,8 @@ class UsageError(Exception):
   """Bad command-line input; reported as one line, exit code 2."""
 
 
-def parse_flags(argv, define=None, need_config=True, positional=False):
-  """Parses argv (without the command name) into a FlagValues; validates the config.
-  With `positional`, returns (FlagValues, the positional arguments) instead."""
+def parse_flags(argv, define=None, need_config=True):
+  """Parses argv (without the command name) into a FlagValues; validates the config."""
   fv = flags.FlagValues()
   argv = ["nplace", *argv]
   # sys_argv: config_flags finds the overrides there, not in sys.argv, so main(argv) works in-process.
@@ -50,13 +49,13 @@ def parse_flags(argv, define=None, need_config=True, positional=False):
     key = str(e).strip("\"'")
     where = next((a for a in argv if a.startswith("--config.") and f".{key}" in a), key)
     raise UsageError(f"no such config key {key!r} (in {where})") from None
-  if extra and not positional:
+  if extra:
     raise UsageError(f"unexpected argument {extra[0]!r}")
   if need_config:
     if config is None:
       raise UsageError("--config is required")
     validate(config)
-  return (fv, extra) if positional else fv
+  return fv
 
 
 def _one_line(error: Exception) -> str:

@@ -7,11 +7,15 @@ from nplace.report import build, runs
 
 
 def main(argv):
-  from nplace.cli import UsageError, parse_flags
-  fv, dirs = parse_flags(argv, lambda f: flags.DEFINE_string("out", None, "report directory", flag_values=f),
-                         need_config=False, positional=True)
+  from nplace.cli import UsageError
+  fv = flags.FlagValues()
+  flags.DEFINE_string("out", None, "report directory (report.md, figures/)", flag_values=fv)
+  try:
+    dirs = fv(["nplace", *argv])[1:]
+  except flags.Error as e:
+    raise UsageError(str(e)) from None
   if not dirs:
-    raise UsageError("give at least one run or sweep directory")
+    raise UsageError("name at least one sweep or run directory")
   if not fv.out:
     raise UsageError("--out is required")
   for d in dirs:
