@@ -21,6 +21,7 @@ COMMANDS = {  # name -> module whose main(argv) runs it
     "train": "nplace.train",
     "probe": "nplace.probes.command",
     "report": "nplace.report.command",
+    "plot": "nplace.compare",
 }
 USAGE = f"usage: nplace {{{','.join(COMMANDS)}}} [--config FILE[:ARG]] [--config.KEY=VALUE ...]"
 

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import tensorboardX
+import tqdm
 
 # Peak dense bf16 FLOP/s per device, for perf/mfu when train.peak_flops is not set.
 PEAK_FLOPS = {
@@ -14,6 +15,7 @@ PEAK_FLOPS = {
     "NVIDIA A100-SXM4-40GB": 312e12, "NVIDIA A100-SXM4-80GB": 312e12,
     "NVIDIA H100 80GB HBM3": 989e12, "NVIDIA H200": 989e12,
 }
+BAR = "step {n_fmt}/{total_fmt} {bar} {percentage:3.0f}% [{elapsed}<{remaining}] {postfix}"
 
 
 def peak_flops(device_kind: str, configured: float | None) -> float | None:
@@ -49,29 +51,39 @@ class Writer:
 
 
 class Progress:
-  """step, loss, tokens/s and ETA: one rewritten line on a terminal, plain lines otherwise."""
+  """step, loss, tokens/s and ETA: a tqdm bar on a terminal, plain lines otherwise (logs)."""
 
   def __init__(self, total: int, tokens_per_step: int, active: bool, stream=sys.stdout):
     self.total, self.tokens_per_step, self.active, self.stream = total, tokens_per_step, active, stream
     self.tty = stream.isatty()
+    self.bar = None  # opened at the first update, so a resumed run's rate counts from there
 
   def update(self, step: int, loss: float, tokens_per_sec: float | None):
     if not self.active:
       return
     rate = f"{tokens_per_sec:,.0f} tok/s" if tokens_per_sec else "compiling"
-    eta = ""
-    if tokens_per_sec:
-      eta = f" eta {_duration(self.seconds_left(step, tokens_per_sec))}"
-    line = f"step {step}/{self.total} loss {loss:.4f} {rate}{eta}"
-    self.stream.write(f"\r{line:<70}" if self.tty else line + "\n")
+    if self.tty:
+      if self.bar is None:
+        self.bar = tqdm.tqdm(total=self.total, initial=step, file=self.stream, unit="step",
+                             dynamic_ncols=True, bar_format=BAR)
+      self.bar.update(step - self.bar.n)
+      self.bar.set_postfix_str(f"loss {loss:.4f} {rate}")
+      return
+    eta = f" eta {_duration(self.seconds_left(step, tokens_per_sec))}" if tokens_per_sec else ""
+    self.stream.write(f"step {step}/{self.total} loss {loss:.4f} {rate}{eta}\n")
     self.stream.flush()
 
   def seconds_left(self, step, tokens_per_sec):
     return (self.total - step) * self.tokens_per_step / tokens_per_sec
 
   def message(self, text: str):
-    if self.active:
-      self.stream.write(("\n" if self.tty else "") + text + "\n")
+    """A line of its own; on a terminal printed above the bar, which stays at the bottom."""
+    if not self.active:
+      return
+    if self.bar is not None:
+      self.bar.write(text, file=self.stream)
+    else:
+      self.stream.write(text + "\n")
       self.stream.flush()
 
 

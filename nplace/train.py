@@ -60,11 +60,12 @@ def make_probe_fn(config, writer, replicated):
   process), compiled apart from the train step, written to TensorBoard as probe/*."""
   from nplace.probes import command, suite, summaries
   batch = jax.make_array_from_process_local_data(replicated, command.probe_batch(config, held_out=True))
+  probe_writer = summaries.ProbeWriter(writer.summary, config) if writer.summary else None
 
   def run_probes(params, step):
     results = jax.device_get(suite.suite(config, params, batch, command.probe_key(config)))
-    if writer.summary:
-      summaries.write(writer.summary, step, results, config)
+    if probe_writer:
+      probe_writer.write(step, results)
 
   return run_probes
 

@@ -1,4 +1,13 @@
-"""Shared fixtures: tiny model configs."""
+"""Shared fixtures: tiny model configs; a real probed training run and a TensorBoard server on it."""
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
 import jax
 import pytest
 
@@ -19,3 +28,62 @@ def tiny_config(**model_overrides):
 @pytest.fixture
 def make_config():
   return tiny_config
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BIN = pathlib.Path(sys.executable).parent
+PROBE_RUN = [  # tiny peri (LayerNorm) run, probed at every step: every probe kind in 3 steps
+    "--config", str(ROOT / "experiments/tiny.py:peri"), "--config.train.steps=3",
+    "--config.model.n_layer=2", "--config.model.d_model=32", "--config.data.seq_len=16",
+    "--config.data.synthetic_tokens=65536", "--config.train.batch_size=8", "--config.train.log_every=1",
+    "--config.train.eval_every=3", "--config.train.eval_batches=1", "--config.checkpoint.every=3",
+    "--config.probe.every=1", "--config.probe.batch_size=2", "--config.probe.hutchinson_probes=2",
+    "--config.probe.power_iters=0",
+]
+
+
+@pytest.fixture(scope="session")
+def probe_run(tmp_path_factory):
+  """The run directory of a real 3-step `nplace train` with the probes at steps 0..3."""
+  tmp = tmp_path_factory.mktemp("probe_run")
+  env = dict(os.environ, NPLACE_CACHE=str(tmp / "cache"), JAX_PLATFORMS="cpu")
+  done = subprocess.run([BIN / "nplace", "train", "--workdir", str(tmp / "run"), *PROBE_RUN], env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stdout + done.stderr
+  return tmp / "run"
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def tensorboard_api(probe_run):
+  """path -> parsed JSON (or bytes for images) from a real `tensorboard` server on the probe
+  run, started with its default loader; waits (bounded) until it lists every scalar tag."""
+  from nplace import events
+  want = set(events.read_scalars(probe_run))
+  port = free_port()
+  server = subprocess.Popen([BIN / "tensorboard", "--logdir", str(probe_run), "--host", "127.0.0.1",
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+  def get(path):
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10).read()
+    return body if body[:4] == b"\x89PNG" else json.loads(body)
+
+  try:
+    deadline = time.time() + 120
+    while time.time() < deadline:  # past it the tests report what is missing
+      assert server.poll() is None, "tensorboard exited"
+      try:
+        if want <= set(get("/data/plugin/scalars/tags").get(".", {})):
+          break
+      except OSError:
+        pass
+      time.sleep(0.5)
+    yield get
+  finally:
+    server.terminate()
+    server.wait(timeout=30)

@@ -1,4 +1,4 @@
-"""Run reporting: spike counting, the progress line, the event-file writer."""
+"""Run reporting: spike counting, the progress bar (or lines), the event-file writer."""
 import io
 
 import numpy as np
@@ -25,6 +25,24 @@ def test_progress_plain_lines_off_a_terminal():
   assert lines == ["step 10/100 loss 2.5000 compiling", "step 20/100 loss 2.2500 10,000 tok/s eta 00:00:08"]
   metrics.Progress(100, 1000, active=False, stream=out).update(30, 1.0, 1.0)
   assert len(out.getvalue().splitlines()) == 2
+
+
+class Terminal(io.StringIO):
+  def isatty(self):
+    return True
+
+
+def test_progress_bar_on_a_terminal_keeps_messages_on_their_own_lines():
+  out = Terminal()
+  progress = metrics.Progress(total=100, tokens_per_step=1000, active=True, stream=out)
+  progress.update(10, 2.5, None)
+  progress.update(20, 2.25, 10_000.0)
+  progress.message("step 20 eval loss 2.3000")
+  progress.update(30, 2.0, 10_000.0)
+  text = out.getvalue()
+  assert "step 20/100" in text and "loss 2.2500 10,000 tok/s" in text and "step 30/100" in text
+  assert "\rstep 20 eval loss 2.3000\n" in text  # the bar is cleared first, then redrawn below
+  assert text.index("eval loss") < text.rindex("step 30/100")
 
 
 def test_writer_purges_steps_rewritten_after_a_resume(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from nplace import model, theory
-from nplace.probes import taps as taps_lib
+from nplace.probes import suite, taps as taps_lib
 from conftest import tiny_config
 from test_model import scale_outputs, layer
 import probe_reference as ref
@@ -14,17 +14,16 @@ import probe_reference as ref
 FEW = settings(max_examples=5, deadline=None)
 
 
-@pytest.fixture(scope="module")
-def peri_stack():
-  """A compiled peri model -> (rms(h_0), rms(h_L), max|g_out|) per token."""
-  cfg = tiny_config(placement="peri", norm="rmsnorm", n_layer=3, dt=0.5).model
+@pytest.fixture(scope="module", params=["rmsnorm", "layernorm"])
+def peri_stack(request):
+  """A compiled peri model -> (rms(h_0), rms(h_L), the output norms' rms cap) per token."""
+  cfg = tiny_config(placement="peri", norm=request.param, n_layer=3, dt=0.5).model
 
   @jax.jit
   def run(params, tokens):
     _, inter = taps_lib.forward(cfg, params, tokens, taps_lib.zero_taps(cfg, tokens))
     rms = lambda h: jnp.sqrt(jnp.mean(h * h, -1))
-    g_max = jnp.max(jnp.abs(jnp.stack([params["blocks"][f"{b}_norm_out"]["scale"] for b in ("attn", "mlp")])))
-    return rms(taps_lib.sown(inter["h0"])), rms(taps_lib.hidden_LBTD(inter)), g_max
+    return rms(taps_lib.sown(inter["h0"])), rms(taps_lib.hidden_LBTD(inter)), suite.out_norm_cap(params)
 
   return cfg, run
 
@@ -32,12 +31,13 @@ def peri_stack():
 @FEW
 @given(log_scale=st.floats(-3, 3), seed=st.integers(0, 2 ** 16))
 def test_peri_growth_bound_holds(peri_stack, log_scale, seed):
-  """rms(h_l) <= rms(h_0) + 2 l dt max|g| per token, for weights and gains of any scale."""
+  """rms(h_l) <= rms(h_0) + 2 l dt cap per token (cap = max|g|, + rms(b) for LayerNorm), for
+  weights, gains and biases of any scale."""
   cfg, run = peri_stack
   params = ref.random_params(cfg, seed, std=10.0 ** log_scale)
   tokens = np.random.default_rng(seed + 1).integers(0, cfg.vocab_size, (2, 12))
-  rms0_BT, rms_LBT, g_max = run(params, tokens)
-  bound_LBT = theory.peri_rms_bound(rms0_BT, cfg.n_layer, cfg.dt, g_max)
+  rms0_BT, rms_LBT, cap = run(params, tokens)
+  bound_LBT = theory.peri_rms_bound(rms0_BT, cfg.n_layer, cfg.dt, cap)
   np.testing.assert_array_less(rms_LBT, bound_LBT * (1 + 1e-5))
 
 

@@ -1,19 +1,20 @@
-"""The suite end to end through `nplace probe`, and its TensorBoard summaries read back."""
+"""The suite end to end through `nplace probe`, and its TensorBoard summaries as the\nTensorBoard server shows them (probe_run, tensorboard_api: conftest)."""
+import io
 import json
 import pathlib
+import urllib.parse
 
 import numpy as np
 import pytest
-from tensorboard.backend.event_processing import event_accumulator
+from PIL import Image
 from tensorboardX import SummaryWriter
 
-from nplace import cli
-from nplace.probes import plot, summaries
+from nplace import cli, events, plots
+from nplace.probes import catalog, summaries
 from conftest import tiny_config
 
 TINY = str(pathlib.Path(__file__).resolve().parent.parent / "experiments/tiny.py")
 SMALL = ["--config.model.n_layer=2", "--config.model.d_model=32", "--config.model.remat=none",
-         "--config.model.norm=rmsnorm",
          "--config.data.seq_len=8", "--config.probe.batch_size=2", "--config.probe.power_iters=0",
          "--config.probe.hutchinson_probes=2"]  # power_iters=0: spectral norms (tested apart) skipped
 
@@ -44,28 +45,65 @@ def test_probe_usage_errors(capsys, argv, needle):
   assert needle in capsys.readouterr().err
 
 
-def test_summaries_read_back(tmp_path):
+def test_probe_workdir_without_checkpoints_is_one_line(tmp_path, capsys):
+  assert cli.main(["probe", "--config", TINY, "--workdir", str(tmp_path), "--json", "x.json"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and str(tmp_path) in err and "checkpoints" in err, err
+  assert list(tmp_path.iterdir()) == []  # nothing created there
+
+
+def expected_tags(history) -> dict:
+  """Plugin -> the tags the probe run must show, from the probes its events hold."""
+  tags = {"scalars": set(), "images": set(), "histograms": set()}
+  for name, h in history.items():
+    tags["scalars"] |= {summaries.tag(name, label) for label in h.labels}
+    if h.kind != "single":
+      tags["images"].add(f"probe_profile/{name}")
+      tags["histograms"].add(f"probe_hist/{name}")
+    if name in catalog.HEATMAPS:
+      tags["images"].add(f"probe_heatmap/{name}")
+  return tags
+
+
+def test_tensorboard_server_shows_every_probe_tag(probe_run, tensorboard_api):
+  history = events.read_probe_history(probe_run)
+  want = expected_tags(history)
+  assert {"probe/similarity/layer_002", "probe/jacobian_frobenius/layer_000", "probe/norm_in_backward/attn_001",
+          "probe/norm_out_scale/mlp_002", "probe/loss", "probe/final_norm_backward"} <= want["scalars"]
+  assert {"probe_heatmap/similarity", "probe_heatmap/norm_out_backward"} <= want["images"]
+  assert "probe_profile/loss" not in want["images"]
+  for plugin, tags in want.items():  # exactly these: no theory scalars, no clashing tags
+    served = {t for t in tensorboard_api(f"/data/plugin/{plugin}/tags")["."] if t.startswith("probe")}
+    assert served == tags, (plugin, sorted(served ^ tags))
+
+
+def test_tensorboard_serves_a_profile_png(tensorboard_api):
+  (sample,) = [e for e in tensorboard_api("/data/plugin/images/images?run=.&tag=probe_profile/similarity&sample=0")
+               if e["step"] == 3]
+  png = tensorboard_api(f"/data/plugin/images/individualImage?{sample['query']}")
+  assert Image.open(io.BytesIO(png)).size == (plots.WIDTH, plots.HEIGHT)
+
+
+def test_custom_scalars_one_chart_per_probe_with_all_its_layers(tensorboard_api):
+  layout = tensorboard_api("/data/plugin/custom_scalars/layout")
+  charts = {c["title"]: c["multiline"]["tag"] for cat in layout["category"] for c in cat["chart"]}
+  assert {"similarity", "norm_in_backward", "jacobian_frobenius", "loss"} <= set(charts)
+  (pattern,) = charts["norm_in_backward"]
+  served = tensorboard_api(f"/data/plugin/custom_scalars/scalars?run=.&tag={urllib.parse.quote(pattern)}")
+  assert set(served["tag_to_events"]) == {f"probe/norm_in_backward/{b}_{l:03d}" for b in ("attn", "mlp") for l in (1, 2)}
+
+
+def test_resumed_run_heatmap_keeps_the_history(tmp_path):
   config = tiny_config(placement="post", n_layer=3)
-  results = {"similarity": np.array([0.1, 0.2, 0.3]), "grad_h": np.array([1e-4, 1e-2, 1.0]),
-             "grad_h_theory": np.array([1e-5, 1e-3, 1.0]), "norm_scale": np.linspace(0.5, 1, 6),
-             "loss": np.array([4.0])}
+  result = lambda step: {"similarity": np.full(3, 0.1 * step), "loss": np.array([4.0 - step])}
   with SummaryWriter(str(tmp_path)) as writer:
-    summaries.write(writer, 7, results, config)
-  acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"images": 0, "histograms": 0})
-  acc.Reload()
-  tags = acc.Tags()
-  assert {f"probe/similarity/layer_{i:03d}" for i in range(3)} <= set(tags["scalars"])
-  assert "probe/norm_scale/layer_005" in tags["scalars"] and "probe/loss/layer_000" in tags["scalars"]
-  assert not any("theory" in t for t in tags["scalars"])
-  assert set(tags["images"]) == {f"probe/{n}" for n in ("similarity", "grad_h", "norm_scale", "loss")}
-  assert set(tags["histograms"]) == set(tags["images"])
-  (event,) = acc.Scalars("probe/grad_h/layer_001")
-  assert event.step == 7 and np.isclose(event.value, 1e-2)
-  assert set(summaries.theory_curves(config, results)) == {"grad_h", "similarity"}
-
-
-def test_profile_image_draws_both_curves():
-  image = plot.profile("x", [1.0, 2.0, 3.0], [1.5, 2.5, 3.5])
-  assert image.shape == (plot.HEIGHT, plot.WIDTH, 3) and image.dtype == np.uint8
-  colors = {tuple(c) for c in image.reshape(-1, 3)}
-  assert plot.MEASURED in colors and plot.THEORY in colors
+    first = summaries.ProbeWriter(writer, config)
+    for step in range(4):  # a run killed after probing step 3 but checkpointed at 2
+      first.write(step, result(step))
+  with SummaryWriter(str(tmp_path), purge_step=3) as writer:
+    resumed = summaries.ProbeWriter(writer, config)
+    resumed.write(3, result(3))
+    resumed.write(4, result(4))
+  steps, rows = resumed.history["similarity"]
+  assert steps == [0, 1, 2, 3, 4] and np.allclose([r[0] for r in rows], [0.0, 0.1, 0.2, 0.3, 0.4])
+  assert events.read_probe_history(tmp_path)["similarity"].steps.tolist() == [0, 1, 2, 3, 4]

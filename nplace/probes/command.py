@@ -41,12 +41,24 @@ def probe(config, workdir=None, step=None) -> dict:
   if workdir is None:
     params, step = model.init(config.model, jax.random.key(config.seed)), 0
   else:
-    from nplace.checkpoint import restore_params
-    params, step = restore_params(config, workdir, step)
+    params, step = _restore(config, workdir, step)
   results = suite.suite(config, params, probe_batch(config, held_out=workdir is not None),
                         probe_key(config))
   out = {name: np.asarray(value, np.float64).tolist() for name, value in results.items()}
   return out | {"placement": config.model.placement, "n_layer": config.model.n_layer, "step": int(step)}
+
+
+def _restore(config, workdir, step):
+  """restore_params, with a missing run or step as a usage error (before any compile;
+  checked first because orbax would create the checkpoints directory)."""
+  from nplace.checkpoint import restore_params
+  from nplace.cli import UsageError
+  if not (pathlib.Path(workdir) / "checkpoints").is_dir():
+    raise UsageError(f"--workdir {workdir}: no checkpoints there (not a training run directory)")
+  try:
+    return restore_params(config, workdir, step)
+  except FileNotFoundError as e:
+    raise UsageError(f"--workdir {workdir}: {e}") from None
 
 
 def main(argv):

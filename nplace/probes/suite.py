@@ -20,7 +20,7 @@ def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
   first spectral_batch sequences; absent when power_iters = 0, as it costs O(L^2) passes).
   Per sublayer (2L): <role>_scale, <role>_backward (role norm | norm_in | norm_out).
   Length 1: loss, final_norm_*/embed_norm_* factors.
-  Theory: rms_theory (Peri-LN bound, rmsnorm), grad_h_theory (Post-LN factor product).
+  Theory: rms_theory (Peri-LN bound), grad_h_theory (Post-LN factor product).
   `cfg` is config.model, `probe_config` config.probe (both static under jit).
   """
   tokens_BT = batch_BT1[:, :-1]
@@ -58,16 +58,28 @@ def _rbg(key):
 
 def _theory(cfg, params, intermediates, results) -> dict:
   """Predictions that need this batch's measurements (the rest live in summaries)."""
-  if cfg.placement == "peri" and cfg.norm == "rmsnorm":
+  if cfg.placement == "peri":
     h0 = taps_lib.sown(intermediates["h0"]).astype(jnp.float32)
-    g_max = jnp.max(jnp.abs(jnp.stack([params["blocks"][f"{b}_norm_out"]["scale"]
-                                       for b in gradients.BRANCHES])))
-    bound = theory.peri_rms_bound(jnp.sqrt(jnp.mean(h0 * h0)), cfg.n_layer, cfg.dt, g_max)
+    bound = theory.peri_rms_bound(jnp.sqrt(jnp.mean(h0 * h0)), cfg.n_layer, cfg.dt, out_norm_cap(params))
     return {"rms" + THEORY_SUFFIX: bound}
   if cfg.placement == "post":
     product_L = theory.post_backward_product(results["norm_scale"])
     return {"grad_h" + THEORY_SUFFIX: results["grad_h"][-1] * product_L}
   return {}
+
+
+def out_norm_cap(params):
+  """The largest rms an output norm can give a token: max|g| for RMSNorm; for LayerNorm
+  max over sites of max|g| + rms(b), since the centred, scaled input has rms <= 1 and rms
+  is a norm (triangle inequality). So the Peri-LN bound holds for both norms."""
+  caps = []
+  for b in gradients.BRANCHES:
+    site = params["blocks"][f"{b}_norm_out"]
+    cap_L = jnp.max(jnp.abs(site["scale"]), -1)
+    if "bias" in site:
+      cap_L = cap_L + jnp.sqrt(jnp.mean(jnp.square(site["bias"]), -1))
+    caps.append(cap_L)
+  return jnp.max(jnp.stack(caps))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))

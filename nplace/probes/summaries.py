@@ -1,32 +1,102 @@
-"""Probe results into TensorBoard: `probe/<name>/layer_000`... scalars, one profile image
-per probe (with its theory curve where one exists) and a histogram over layers."""
+"""Probe results into TensorBoard. Tags (README, "TensorBoard"):
+
+- scalars `probe/<name>/layer_NNN` (block outputs 001..L, Jacobian sources 000..L-1),
+  `probe/<name>/attn_NNN` and `probe/<name>/mlp_NNN` (norm sites of layer NNN), plain
+  `probe/<name>` for one-value probes; theory curves never become scalars;
+- images `probe_profile/<name>` (the probe over layers at this step, theory in red) and
+  `probe_heatmap/<name>` (layer x step over the run so far, for catalog.HEATMAPS);
+- histograms `probe_hist/<name>` (the values over layers);
+- a custom-scalars layout: one multi-line chart per probe holding all its layers.
+One-value probes get no image or histogram: their scalar chart over steps says it all.
+"""
 import numpy as np
 
-from nplace import model, theory
-from nplace.probes import plot
+from nplace import events, model, plots, theory
+from nplace.probes import catalog
 from nplace.probes.suite import THEORY_SUFFIX
 
+CATEGORIES = {"block": "probes per layer", "source": "probes per source layer of J_{l->L}",
+              "sublayer": "probes per norm site (attn_NNN, mlp_NNN)", "single": "probes, one value"}
 
-def theory_curves(config, results) -> dict:
-  """Probe name -> theory array: those the suite computed plus the host-side ones
-  (Post-LN similarity at init from the Gram recursion, at the probe batch's length)."""
+
+def tag(name: str, label: str) -> str:
+  """The scalar tag of one value of a probe (label "" for a one-value probe)."""
+  return f"probe/{name}/{label}" if label else f"probe/{name}"
+
+
+def theory_curves(config, results, step: int) -> dict:
+  """Probe name -> (theory array, legend label saying what it assumes): the suite's
+  `<name>_theory` results plus Post-LN similarity from the Gram recursion, which predicts
+  the init for i.i.d. tokens under uniform attention and so is drawn at step 0 only."""
+  labels = {"rms": "bound rms(h_0) + 2l dt max|g|" + (" + rms(b)" if config.model.norm == "layernorm" else ""),
+            "grad_h": "norm factors alone: |dL/dh_L| x prod rms(g)/r"}
   curves = {name.removesuffix(THEORY_SUFFIX): np.asarray(value)
             for name, value in results.items() if name.endswith(THEORY_SUFFIX)}
-  if config.model.placement == "post" and "similarity" in results:
-    curves["similarity"] = theory.post_similarity_at_init(model.freeze(config.model),
-                                                          config.data.seq_len)
-  return curves
+  out = {name: (curve, labels[name]) for name, curve in curves.items()}
+  if config.model.placement == "post" and "similarity" in results and step == 0:
+    out["similarity"] = (theory.post_similarity_at_init(model.freeze(config.model), config.data.seq_len),
+                         "init theory: i.i.d. tokens, uniform attention")
+  return out
 
 
-def write(writer, step: int, results, config) -> None:
-  """Everything for one probe-suite result; `writer` is a tensorboardX.SummaryWriter."""
-  results = {name: np.asarray(value) for name, value in results.items()}
-  curves = theory_curves(config, results)
-  for name, values in results.items():
-    if name.endswith(THEORY_SUFFIX):
-      continue
-    for i, value in enumerate(values):
-      writer.add_scalar(f"probe/{name}/layer_{i:03d}", float(value), step)
-    writer.add_histogram(f"probe/{name}", values, step)
-    image = plot.profile(f"{name} @ step {step}", values, curves.get(name))
-    writer.add_image(f"probe/{name}", image, step, dataformats="HWC")
+def layout(results) -> dict:
+  """The custom-scalars layout: a category per kind, one multi-line chart per probe."""
+  charts = {}
+  for name in sorted(results):
+    if not name.endswith(THEORY_SUFFIX):
+      kind = catalog.probe(name).kind
+      pattern = rf"^probe/{name}$" if kind == "single" else rf"^probe/{name}/"
+      charts.setdefault(CATEGORIES[kind], {})[name] = ["Multiline", [pattern]]
+  return {category: charts[category] for category in CATEGORIES.values() if category in charts}
+
+
+class ProbeWriter:
+  """Writes every probe-suite result of a run to a tensorboardX SummaryWriter.
+
+  The heatmaps need the run's history: on the first write it is read back from the run's
+  event files (so a resumed run still shows all of it), then kept in memory.
+  """
+
+  def __init__(self, writer, config):
+    self.writer, self.config = writer, config
+    self.history = None  # name -> (steps list, rows list), for catalog.HEATMAPS
+
+  def write(self, step: int, results) -> None:
+    results = {name: np.asarray(value, np.float64) for name, value in results.items()}
+    if self.history is None:
+      self._start(step, results)
+    curves = theory_curves(self.config, results, step)
+    for name, values in results.items():
+      if name.endswith(THEORY_SUFFIX):
+        continue
+      kind = catalog.probe(name).kind
+      for label, value in zip(catalog.labels(kind, len(values)), values):
+        self.writer.add_scalar(tag(name, label), float(value), step)
+      if kind == "single":
+        continue
+      finite = values[np.isfinite(values)]
+      if finite.size:
+        self.writer.add_histogram(f"probe_hist/{name}", finite, step)
+      curve, label = curves.get(name, (None, None))
+      self._image(f"probe_profile/{name}", plots.profile(name, values, kind, curve, label, step), step)
+      if name in self.history:
+        steps, rows = self.history[name]
+        steps.append(step)
+        rows.append(values)
+        self._image(f"probe_heatmap/{name}",
+                    plots.heatmap(name, np.array(steps), np.stack(rows), kind,
+                                  catalog.labels(kind, len(values))), step)
+
+  def _start(self, step, results):
+    """History of the earlier steps from the event files; the layout, once per process."""
+    past = events.read_probe_history(self.writer.logdir)
+    self.history = {}
+    for name in catalog.HEATMAPS:
+      if name in results:
+        h = past.get(name)
+        keep = [] if h is None or h.values.shape[1] != results[name].size else np.flatnonzero(h.steps < step)
+        self.history[name] = ([int(h.steps[i]) for i in keep], [h.values[i] for i in keep])
+    self.writer.add_custom_scalars(layout(results))
+
+  def _image(self, tag_, fig, step):
+    self.writer.add_image(tag_, plots.to_rgb(fig), step, dataformats="HWC")
