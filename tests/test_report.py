@@ -136,9 +136,13 @@ def test_plain_run_directories_get_a_runs_section_and_the_command_that_remakes_t
   assert as_json(fv.config.to_dict()) == runs.run_config(run_dir) and fv.workdir == str(run_dir)
 
 
-@pytest.mark.parametrize("args", [("missing", "--out", "o"), (".", "--out", "o"), (".",), ("--out", "o")])
+@pytest.mark.parametrize("args", [("missing", "--out", "o"), ("empty", "--out", "o"), ("torn", "--out", "o"),
+                                  ("empty",), ("--out", "o")])
 def test_bad_input_is_one_line_exit_2(args, tmp_path, capsys, monkeypatch):
-  monkeypatch.chdir(tmp_path)  # empty: "." holds no runs
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "empty").mkdir()
+  (tmp_path / "torn").mkdir()
+  (tmp_path / "torn" / "sweep.json").write_text('{"config": "experiments/stability.py:cpu", "tri')
   assert cli.main(["report", *args]) == 2
   err = capsys.readouterr().err
   assert err.startswith("nplace report: ") and len(err.strip().splitlines()) == 1, err

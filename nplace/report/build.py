@@ -15,7 +15,7 @@ SECTIONS = {  # study -> (title, section(page, source, key) -> markdown)
 
 def write(dirs, out) -> pathlib.Path:
   """Writes OUT/report.md and OUT/figures/*.png; returns the report's path.
-  Raises runs.NoRuns when a directory holds no runs."""
+  Raises runs.RunsError when a directory holds no runs or unreadable JSON."""
   sources = [runs_lib.load(d) for d in dirs]
   page = markdown.Page(out)
   parts = ["# nplace report"]

@@ -23,6 +23,6 @@ def main(argv):
       raise UsageError(f"no such directory {d!r}")
   try:
     path = build.write(dirs, fv.out)
-  except runs.NoRuns as e:
+  except runs.RunsError as e:
     raise UsageError(str(e)) from None
   print(f"report: {path}")

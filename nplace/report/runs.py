@@ -35,8 +35,8 @@ class Source:
   runs: list[Run]
 
 
-class NoRuns(ValueError):
-  """A DIR holds neither a sweep nor runs."""
+class RunsError(ValueError):
+  """A DIR holds no runs, or a sweep.json / summary.json that cannot be read."""
 
 
 def study_of(config: str | None) -> str:
@@ -51,15 +51,18 @@ def study_of(config: str | None) -> str:
 def load(path) -> Source:
   path = pathlib.Path(path)
   if (path / "sweep.json").is_file():
-    sweep = json.loads((path / "sweep.json").read_text())
-    runs = [_trial(path, t) for t in sweep["trials"]]
+    sweep = _json(path / "sweep.json")
+    try:
+      runs = [_trial(path, t) for t in sweep["trials"]]
+    except (KeyError, TypeError) as e:
+      raise RunsError(f"{path / 'sweep.json'}: a trial lacks {e}") from None
     return Source(path, study_of(sweep.get("config")), sweep.get("config"), runs)
   if (path / "summary.json").is_file():
     dirs = [path]
   else:
     dirs = sorted(d for d in path.iterdir() if (d / "summary.json").is_file()) if path.is_dir() else []
   if not dirs:
-    raise NoRuns(f"{path}: no sweep.json, summary.json or run directories with a summary.json")
+    raise RunsError(f"{path}: no sweep.json, summary.json or run directories with a summary.json")
   return Source(path, "runs", None, [_plain(d) for d in dirs])
 
 
@@ -77,9 +80,16 @@ def _plain(workdir: pathlib.Path) -> Run:
   return Run(workdir.name, workdir, summary, {}, command, summary["status"])
 
 
+def _json(file: pathlib.Path):
+  try:
+    return json.loads(file.read_text())
+  except (OSError, ValueError) as e:
+    raise RunsError(f"{file}: {e}") from None
+
+
 def _read_summary(workdir: pathlib.Path) -> dict | None:
   file = workdir / "summary.json"
-  return json.loads(file.read_text()) if file.is_file() else None
+  return _json(file) if file.is_file() else None
 
 
 def run_config(workdir) -> dict | None:
@@ -88,7 +98,7 @@ def run_config(workdir) -> dict | None:
            if d.parts[-3].isdigit()]
   if not steps:
     return None
-  return json.loads(max(steps, key=lambda d: int(d.parts[-3])).read_text())
+  return _json(max(steps, key=lambda d: int(d.parts[-3])))
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:
