@@ -38,7 +38,8 @@ def heatmaps(page, run, key: str) -> list[str]:
   for name in ("similarity", next((b for b in BACKWARD if b in history), None)):
     if name in history:
       h = history[name]
-      fig = plots.heatmap(f"{run.name}: {name}", h.steps, h.values, h.kind, h.labels)
+      fig = plots.heatmap(name, h.steps, h.values, h.kind, h.labels)  # the name picks its scale
+      fig.axes[0].set_title(f"{run.name}: {name} over training")
       out.append(page.figure(fig, f"{key}_{run.name}_{name}", f"{name} of {run.name}, layer x step"))
   return out
 
