@@ -94,19 +94,26 @@ def figures(out: pathlib.Path, text: str) -> list[pathlib.Path]:
   return paths
 
 
+def trials(root) -> list[dict]:
+  """sweep.json's trials, each with its summary read from the trial's own summary.json."""
+  out = json.loads((root / "sweep.json").read_text())["trials"]
+  for t in out:
+    t["summary"] = json.loads((root / t["workdir"] / "summary.json").read_text())
+  return out
+
+
 def test_study_a_table_counts_what_the_summaries_say(grid, tmp_path, env):
   out = tmp_path / "report"
   done = nplace("report", grid, "--out", out, env=env)
   assert str(out / "report.md") in done.stdout
   text = (out / "report.md").read_text()
   assert "## Study A: stability" in text and figures(out, text)
-  summaries = {t["name"]: json.loads((grid / t["workdir"] / "summary.json").read_text())
-               for t in json.loads((grid / "sweep.json").read_text())["trials"]}
-  assert sum(s["status"] == "diverged" for s in summaries.values()) == 2  # the huge lr did it
+  summaries = [(t["overrides"]["model.placement"], t["summary"]) for t in trials(grid)]
+  assert sum(s["status"] == "diverged" for _, s in summaries) == 2  # the huge lr did it
   rows = table(text, "| placement |")
   assert [(r["placement"], r["lr"]) for r in rows] == [("pre", "1e+30"), ("peri", "-")]
   for row in rows:
-    members = [s for name, s in summaries.items() if name.startswith(f"placement{row['placement']}_")]
+    members = [s for placement, s in summaries if placement == row["placement"]]
     n = len(members)
     diverged = sum(s["status"] == "diverged" for s in members)
     at_frequency = sum(s["status"] != "diverged" and s["val_loss"] >= s["frequency_loss"] - 0.05
@@ -125,11 +132,12 @@ def test_plain_run_directories_get_a_runs_section_and_the_command_that_remakes_t
     grid, tmp_path, capsys, monkeypatch):
   monkeypatch.chdir(ROOT)  # the commands name experiments/ from the repository root
   out = tmp_path / "report"
-  run_dir = grid / "placementperi_seed1"
+  peri = next(t for t in trials(grid) if t["overrides"]["model.placement"] == "peri")
+  run_dir = grid / peri["workdir"]
   report(run_dir, "--out", out, capsys=capsys)
   text = (out / "report.md").read_text()
   assert "## Runs" in text and len(figures(out, text)) == 2  # train and eval loss
-  command = re.search(r"^placementperi_seed1: (nplace train .*)$", text, re.M).group(1)
+  command = re.search(rf"^{re.escape(run_dir.name)}: (nplace train .*)$", text, re.M).group(1)
   fv = cli.parse_flags(shlex.split(command)[2:],
                        lambda f: flags.DEFINE_string("workdir", None, "", flag_values=f))
   as_json = lambda config: json.loads(json.dumps(config))
