@@ -10,6 +10,7 @@ import grain
 import jax
 import orbax.checkpoint as ocp
 
+from nplace import config as config_lib
 from nplace import train_state
 
 
@@ -56,17 +57,30 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, shardings, data_
   return None, 0
 
 
-def restore_params(config, workdir, step=None):
-  """(params, step) of a training checkpoint, on the default device; for `nplace probe`."""
-  mngr = manager(workdir, config.checkpoint)
+def _checked_step(mngr, workdir, step):
   steps = mngr.all_steps()
   if not steps:
     raise FileNotFoundError(f"no checkpoints under {pathlib.Path(workdir) / 'checkpoints'}")
   if step is not None and step not in steps:
     raise FileNotFoundError(f"no checkpoint for step {step} under {workdir} (have {sorted(steps)})")
+  return max(steps) if step is None else step
+
+
+def restore_config(workdir, step=None):
+  """The config a training checkpoint was saved with (the newest, or `step`'s)."""
+  mngr = manager(workdir, config_lib.base_config().checkpoint)
+  step = _checked_step(mngr, workdir, step)
+  saved = mngr.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+  return config_lib.from_saved(saved)
+
+
+def restore_params(config, workdir, step=None):
+  """(params, step) of a training checkpoint, on the default device; for `nplace probe` and
+  `nplace eval`."""
+  mngr = manager(workdir, config.checkpoint)
+  step = _checked_step(mngr, workdir, step)
   abstract = train_state.abstract(config)
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   target = _with_shardings(abstract, jax.tree.map(lambda _: device, abstract))
-  step = max(steps) if step is None else step
   restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
   return restored["state"]["params"], step

@@ -22,6 +22,8 @@ COMMANDS = {  # name -> module whose main(argv) runs it
     "probe": "nplace.probes.command",
     "report": "nplace.report.command",
     "plot": "nplace.compare",
+    "eval": "nplace.evaluation",
+    "sweep": "nplace.sweep",
 }
 USAGE = f"usage: nplace {{{','.join(COMMANDS)}}} [--config FILE[:ARG]] [--config.KEY=VALUE ...]"
 

@@ -76,6 +76,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.probe.power_iters = 10  # power iterations (J^T J v) per spectral-norm estimate; 0 = skip (costs O(L^2))
   c.probe.spectral_batch = 1  # sequences (the batch's first) the spectral norms are averaged over
   c.train = train_config()
+  c.eval = eval_config()
   c.optim = optim_config()
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 100  # save every N steps (and at the end, and on SIGTERM)
@@ -104,6 +105,14 @@ def train_config() -> ml_collections.ConfigDict:
   t.spike_zscore = 4.0  # a loss this many standard deviations above the window mean is a spike
   t.peak_flops = config_dict.placeholder(float)  # peak FLOP/s per device for perf/mfu; None = device table
   return t
+
+
+def eval_config() -> ml_collections.ConfigDict:
+  e = ml_collections.ConfigDict()
+  e.rouge = True  # ROUGE-1/2/L of the argmax predictions at every eval (pure Python: off for speed)
+  e.bertscore_model = config_dict.placeholder(str)  # local model directory for BERTScore; None = off
+  e.bertscore_layers = config_dict.placeholder(int)  # its layer to score with; None = the last
+  return e
 
 
 def optim_config() -> ml_collections.ConfigDict:
@@ -146,6 +155,18 @@ def experiment(name: str, arg: str | None = None) -> ml_collections.ConfigDict:
   return module.get_config() if arg is None else module.get_config(arg)
 
 
+def from_saved(saved: dict) -> ml_collections.ConfigDict:
+  """A config saved as JSON (by a checkpoint) over today's defaults: fields added since keep
+  their defaults; JSON's lists become the tuples they were."""
+  def tuples(x):
+    if isinstance(x, dict):
+      return {k: tuples(v) for k, v in x.items()}
+    return tuple(tuples(v) for v in x) if isinstance(x, list) else x
+  c = base_config()
+  c.update(tuples(saved))
+  return c
+
+
 def _positive(key: str, value):
   if not value > 0:
     raise ConfigError(key, value, "must be positive")
@@ -180,6 +201,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError("data.seq_len", config.data.seq_len,
                       f"exceeds the position table model.max_len={m.max_len}")
   _validate_probe(config.probe)
+  if config.eval.bertscore_layers is not None:
+    _positive("eval.bertscore_layers", config.eval.bertscore_layers)
   _validate_training(config)
   from nplace.data.checks import validate as validate_data  # it imports this module
   validate_data(config)

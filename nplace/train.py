@@ -1,18 +1,18 @@
 """`nplace train`: the training loop.
 
 One jitted step with explicit shardings; metrics are fetched one step late so the
-host never waits on the device; checkpoints (orbax) every `checkpoint.every` steps,
-on SIGTERM and at the end; a run resumes from its workdir's newest good checkpoint.
+host never waits on the device (hooks.StepLog); checkpoints (orbax) every
+`checkpoint.every` steps, on SIGTERM and at the end, eval and probes are periodic
+hooks (nplace/hooks.py); a run resumes from its workdir's newest good checkpoint.
 """
 import json
 import pathlib
 import signal
-import time
 
 import jax
 from absl import flags
 
-from nplace import checkpoint, data, metrics, sharding, train_state
+from nplace import checkpoint, data, evaluation, hooks, metrics, sharding, train_state
 from nplace.config import ConfigError
 from nplace.info import model_info
 from nplace.outcomes import collapsed
@@ -43,31 +43,14 @@ def _global_batch(local_batch, batch_sharding):
   return jax.make_array_from_process_local_data(batch_sharding, local_batch)
 
 
-def evaluate(eval_step, params, config, batch_sharding, local_batch_size) -> dict:
-  """Mean loss and perplexity over the first `train.eval_batches` validation batches."""
-  val = data.make_iterator(config.data, "val", local_batch_size, seed=config.seed, shuffle=False)
-  totals = None
-  for _ in range(config.train.eval_batches):
-    out = eval_step(params, _global_batch(next(val), batch_sharding))
-    totals = out if totals is None else jax.tree.map(lambda a, b: a + b, totals, out)
-  totals = jax.device_get(totals)
-  return {"eval/loss": totals["loss_sum"] / totals["count"],
-          "eval/perplexity": totals["ppl_sum"] / totals["count"]}
-
-
-def make_probe_fn(config, writer, replicated):
-  """step -> None: the probe suite on a fixed validation batch (the same rows on every
-  process), compiled apart from the train step, written to TensorBoard as probe/*."""
-  from nplace.probes import command, suite, summaries
-  batch = jax.make_array_from_process_local_data(replicated, command.probe_batch(config, held_out=True))
-  probe_writer = summaries.ProbeWriter(writer.summary, config) if writer.summary else None
-
-  def run_probes(params, step):
-    results = jax.device_get(suite.suite(config, params, batch, command.probe_key(config)))
-    if probe_writer:
-      probe_writer.write(step, results)
-
-  return run_probes
+def _announce(progress, workdir, config, evaluator):
+  """Where the logs go and what runs when, before the first step."""
+  progress.message(f"logs: {workdir.absolute()} (TensorBoard event files; summary.json at the end)\n"
+                   f"  tensorboard --logdir {workdir}")
+  if config.probe.every:
+    progress.message(f"probes: the suite runs at step 0 and every {config.probe.every} steps")
+  for note in evaluator.notes():
+    progress.message(note)
 
 
 def train(config, workdir) -> dict:
@@ -78,17 +61,30 @@ def train(config, workdir) -> dict:
   n_proc, is_main = jax.process_count(), jax.process_index() == 0
   if config.train.batch_size % n_proc:
     raise ConfigError("train.batch_size", config.train.batch_size, f"must divide over {n_proc} processes")
-  local_batch = config.train.batch_size // n_proc
   meta = data.read_meta(data.prepared_dir(config.data))
   val_windows = sum((n - 1) // config.data.seq_len for _, n in meta["shards"]["val"])
   if config.train.eval_batches * config.train.batch_size > val_windows:
     raise ConfigError("train.eval_batches", config.train.eval_batches,
                       f"the validation split holds {val_windows // config.train.batch_size} batches")
   state_shardings = train_state.shardings(config, mesh)  # ConfigError on an uneven split
+  progress = metrics.Progress(config.train.steps, config.train.batch_size * config.data.seq_len, is_main)
+  mngr = checkpoint.manager(workdir, config.checkpoint)
+  try:
+    summary = _run(config, workdir, mesh, state_shardings, meta, mngr, progress, is_main)
+  finally:  # also after an error: no save is left writing (nplace sweep goes on to the next trial)
+    mngr.wait_until_finished()
+    mngr.close()
+  if is_main:
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    progress.message(f"{summary['status']} at step {summary['step']}: {json.dumps(summary)}")
+  return summary
+
+
+def _run(config, workdir, mesh, state_shardings, meta, mngr, progress, is_main) -> dict:
+  """The loop, from the newest checkpoint (or init) to the last step, divergence or SIGTERM."""
+  local_batch = config.train.batch_size // jax.process_count()
   batch_sharding = sharding.batch_sharding(mesh, config.mesh)
   train_iter = data.make_iterator(config.data, "train", local_batch, seed=config.seed, shuffle=True)
-
-  mngr = checkpoint.manager(workdir, config.checkpoint)
   state, start = checkpoint.restore_latest(mngr, train_state.abstract(config), state_shardings, train_iter)
   if state is None:
     state = train_state.init(config, state_shardings)
@@ -97,98 +93,46 @@ def train(config, workdir) -> dict:
   writer = metrics.Writer(workdir, purge_step=start + 1 if start else None, active=is_main)
   if not start:
     writer.text("config", f"```\n{config.to_json_best_effort(indent=2)}\n```")
-  references = {"data/frequency_loss": meta["frequency_loss"], "data/entropy_rate": meta.get("entropy_rate")}
-  tokens_per_step = config.train.batch_size * config.data.seq_len
-  flops_per_token = model_info(config)["flops_per_token"]
-  peak = metrics.peak_flops(jax.devices()[0].device_kind, config.train.peak_flops)
-  progress = metrics.Progress(config.train.steps, tokens_per_step, is_main)
-  spikes = metrics.SpikeCounter(config.train.spike_window, config.train.spike_zscore)
-  preemption = _Preemption()
-  probe_every = config.probe.every
-  run_probes = make_probe_fn(config, writer, sharding.replicated(mesh)) if probe_every else None
-
+  evaluator = evaluation.Evaluator(config, eval_step, lambda b: _global_batch(b, batch_sharding),
+                                   local_batch, is_main)
+  _announce(progress, workdir, config, evaluator)
   summary = {"status": "completed", "step": start, "train_loss": None, "val_loss": None,
              "frequency_loss": meta["frequency_loss"], "entropy_rate": meta.get("entropy_rate"),
-             "tokens_per_sec": None, "diverged_at": None, "collapsed": None}
-  skipped, pending = 0, None
-  clock = {"start": None, "steps": 0, "window_start": None, "window_steps": 0}
+             "tokens_per_sec": None, "diverged_at": None, "collapsed": None,
+             "val_perplexity": None, "val_perplexity_of_mean_loss": None, "rouge_text": evaluator.rouge_text,
+             "loss_spikes": 0, "skipped_steps": 0, "max_train_loss": None}
+  peak = metrics.peak_flops(jax.devices()[0].device_kind, config.train.peak_flops)
+  log = hooks.StepLog(config, writer, progress, summary, config.train.batch_size * config.data.seq_len,
+                      model_info(config)["flops_per_token"] / (peak * jax.device_count()) if peak else None,
+                      workdir / "counters.json" if is_main else None)
+  if start:
+    log.restore_counters(start)
+  loop = hooks.Hooks()
+  hooks.checkpoint_hook(loop, mngr, train_iter, config, log)
+  references = {"data/frequency_loss": meta["frequency_loss"], "data/entropy_rate": meta.get("entropy_rate")}
+  hooks.eval_hook(loop, evaluator, writer, progress, summary, references, config.train.eval_every)
+  hooks.probe_hook(loop, config, writer, progress, sharding.replicated(mesh))
+  preemption = _Preemption()
 
-  def finish_step(step, step_metrics):
-    """Host side of a step, run once the next step is already queued."""
-    nonlocal skipped
-    m = jax.device_get(step_metrics)
-    now = time.perf_counter()
-    if clock["start"] is None:  # the first step includes compilation: time from its end
-      clock["start"] = clock["window_start"] = now
-    else:
-      clock["steps"] += 1
-      clock["window_steps"] += 1
-    loss = float(m["loss"])
-    summary.update(step=step, train_loss=loss)
-    if not m["finite"]:
-      if config.train.on_divergence == "stop":
-        summary.update(status="diverged", diverged_at=step)
-        return
-      skipped += 1
-    spikes.update(loss)
-    if step % config.train.log_every == 0 or step == config.train.steps:
-      tps = None
-      if clock["window_steps"]:
-        elapsed = now - clock["window_start"]
-        tps = clock["window_steps"] * tokens_per_step / elapsed
-        writer.scalars(step, {
-            "perf/tokens_per_sec": tps,
-            "perf/step_time": elapsed / clock["window_steps"],
-            "perf/mfu": tps * flops_per_token / (peak * jax.device_count()) if peak else None})
-        clock.update(window_start=now, window_steps=0)
-      writer.scalars(step, {"train/loss": loss, "train/grad_norm": m["grad_norm"], "train/lr": m["lr"],
-                            "train/loss_spikes": spikes.count, "train/skipped_steps": skipped})
-      progress.update(step, loss, tps)
-
-  def run_eval(step):
-    results = evaluate(eval_step, state["params"], config, batch_sharding, local_batch)
-    writer.scalars(step, results | references)
-    summary["val_loss"] = float(results["eval/loss"])
-    progress.message(f"step {step} eval loss {results['eval/loss']:.4f} "
-                     f"(frequency loss {meta['frequency_loss']:.4f})")
-
-  if start == 0:
-    run_eval(0)
-    if run_probes:
-      run_probes(state["params"], 0)
-  for step in range(start + 1, config.train.steps + 1):
-    batch = _global_batch(next(train_iter), batch_sharding)
-    state, step_metrics = train_step(state, batch)
-    if pending:
-      finish_step(*pending)
-    pending = (step, step_metrics)
-    if summary["status"] == "diverged":
-      break
-    checkpoint.save(mngr, step, state, train_iter, config)
-    if step % config.train.eval_every == 0:
-      run_eval(step)
-    if run_probes and step % probe_every == 0:
-      run_probes(state["params"], step)
-    if preemption.requested:
-      summary["status"] = "preempted"
-      break
-  if pending:
-    finish_step(*pending)
-
-  if summary["status"] != "diverged" and mngr.latest_step() != summary["step"]:
-    checkpoint.save(mngr, summary["step"], state, train_iter, config, force=True)
-  if summary["status"] == "completed" and summary["step"] % config.train.eval_every:
-    run_eval(summary["step"])
+  try:
+    if start == 0:
+      loop.start(state)
+    for step in range(start + 1, config.train.steps + 1):
+      state, step_metrics = train_step(state, _global_batch(next(train_iter), batch_sharding))
+      log.push(step, step_metrics)
+      if summary["status"] == "diverged":
+        break
+      loop.step(step, state)
+      if preemption.requested:
+        summary["status"] = "preempted"
+        break
+    log.flush()
+    loop.end(summary["step"], state, summary["status"])
+  finally:
+    writer.close()
   if summary["val_loss"] is not None:
     summary["collapsed"] = bool(collapsed(summary["val_loss"], meta["frequency_loss"]))
-  mngr.wait_until_finished()
-  mngr.close()
-  if clock["steps"]:
-    summary["tokens_per_sec"] = clock["steps"] * tokens_per_step / (time.perf_counter() - clock["start"])
-  writer.close()
-  if is_main:
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    progress.message(f"{summary['status']} at step {summary['step']}: {json.dumps(summary)}")
+  summary["tokens_per_sec"] = log.tokens_per_sec()
   return summary
 
 

@@ -72,15 +72,15 @@ def make_train_step(config):
 
 
 def make_eval_step(config):
-  """eval(params, batch) -> (sum of token-mean losses, sum of per-sequence perplexities, sequences).
-
-  Perplexity follows the papers' evaluation: the mean over sequences of exp(mean token CE)."""
+  """eval(params, batch) -> per-sequence token-mean losses `loss_B`, the teacher-forced argmax
+  predictions `pred_BT` and their targets `target_BT` (see nplace/evaluation.py)."""
   cfg = model.freeze(config.model)
 
   def evaluate(params, batch_BT1):
     logits_BTV = model.apply(cfg, params, batch_BT1[:, :-1])
-    loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, batch_BT1[:, 1:]).mean(-1)
-    return {"loss_sum": loss_B.sum(), "ppl_sum": jnp.exp(loss_B).sum(), "count": loss_B.shape[0]}
+    target_BT = batch_BT1[:, 1:]
+    loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, target_BT).mean(-1)
+    return {"loss_B": loss_B, "pred_BT": logits_BTV.argmax(-1).astype(jnp.int32), "target_BT": target_BT}
 
   return evaluate
 

@@ -1,0 +1,125 @@
+"""`nplace sweep` as a user runs it: a 3-trial grid (one diverges), killed mid-trial with SIGKILL
+and rerun; `--list`; grids it must refuse before running anything."""
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+
+import pytest
+from tensorboard.backend.event_processing import event_accumulator
+
+from absl import flags
+
+from nplace import cli
+
+NPLACE = pathlib.Path(sys.executable).parent / "nplace"
+EXPERIMENT = '''
+from nplace.config import base_config
+
+
+def get_config(arg="small"):
+  c = base_config()
+  c.model.update(vocab_size=256, max_len=16, n_layer=2, n_head=4, d_model=32, remat="none")
+  c.data.update(seq_len=16, synthetic_tokens=65536)
+  c.train.update(steps=60, batch_size=8, log_every=1, eval_every=30, eval_batches=2)
+  c.optim.warmup_steps = 5
+  c.checkpoint.every = 10
+  return c
+
+
+def get_sweep(arg="small"):
+  huge = {"optim.lr": 1e30, "optim.clip_norm": 0.0, "optim.warmup_steps": 0}
+  return [huge, {"seed": 0}, {"seed": 1, "model.placement": "peri"}]
+'''
+NAMES = ["lr=1e+30,clip_norm=0,warmup_steps=0", "seed=0", "seed=1,placement=peri"]
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+  path = tmp_path_factory.mktemp("experiments") / "grid.py"
+  path.write_text(EXPERIMENT)
+  return path
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  cache = tmp_path_factory.mktemp("cache")
+  return dict(os.environ, NPLACE_CACHE=str(cache / "data"), JAX_COMPILATION_CACHE_DIR=str(cache / "jax"),
+              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu")
+
+
+def sweep(experiment, workdir, *extra):
+  return [NPLACE, "sweep", "--config", f"{experiment}:small", "--workdir", str(workdir),
+          "--config.eval.rouge=False", *extra]
+
+
+def files_and_mtimes(directory):
+  return {p.name: p.stat().st_mtime_ns for p in directory.iterdir() if p.is_file()}
+
+
+def train_losses(workdir):
+  acc = event_accumulator.EventAccumulator(str(workdir), size_guidance={"scalars": 0})
+  acc.Reload()
+  return [e.step for e in acc.Scalars("train/loss")]
+
+
+def test_killed_sweep_reruns_to_the_end_without_redoing_finished_trials(experiment, tmp_path, env):
+  proc = subprocess.Popen(sweep(experiment, tmp_path), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  killed_trial = tmp_path / NAMES[1]
+  deadline = time.time() + 300
+  while not (killed_trial / "checkpoints" / "10").exists():  # trial 2 of 3 is under way
+    assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+    time.sleep(0.01)
+  proc.kill()
+  proc.wait()
+  record = json.loads((tmp_path / "sweep.json").read_text())
+  assert [t["status"] for t in record["trials"]] == ["diverged", "running", "pending"]
+  assert not (killed_trial / "summary.json").exists()
+  diverged = files_and_mtimes(tmp_path / NAMES[0])
+
+  done = subprocess.run(sweep(experiment, tmp_path), env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stdout + done.stderr
+  assert "sweep: 3/3 trials done (2 completed, 1 diverged, 0 failed)" in done.stdout
+  record = json.loads((tmp_path / "sweep.json").read_text())
+  assert record["config"] == f"{experiment}:small" and record["overrides"] == ["--config.eval.rouge=False"]
+  assert [t["name"] for t in record["trials"]] == NAMES
+  assert [t["status"] for t in record["trials"]] == ["diverged", "completed", "completed"]
+  for trial in record["trials"]:
+    assert trial["summary"] == json.loads((tmp_path / trial["workdir"] / "summary.json").read_text())
+  assert files_and_mtimes(tmp_path / NAMES[0]) == diverged  # the diverged trial was not rerun
+  # The interrupted trial resumed from a checkpoint (its new event file starts past step 10)
+  # and logged every step exactly once.
+  starts = sorted(int(name.rsplit(".from", 1)[1]) for name in os.listdir(killed_trial) if ".from" in name)
+  assert starts[0] == 0 and starts[1] > 10
+  assert train_losses(killed_trial) == list(range(1, 61))
+  assert record["trials"][2]["summary"]["step"] == 60
+
+
+def test_list_prints_a_runnable_train_command_per_trial(experiment, tmp_path, capsys):
+  assert cli.main(["sweep", "--config", f"{experiment}:small", "--workdir", str(tmp_path),
+                   "--config.train.steps=7", "--config.seed=5", "--only", "seed", "--list"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert [line.split("\t")[0] for line in lines] == NAMES[1:]
+  args = shlex.split(lines[1].split("\t")[1])
+  assert args[:2] == ["nplace", "train"] and args[args.index("--workdir") + 1] == str(tmp_path / NAMES[2])
+  config = cli.parse_flags(args[2:], lambda fv: flags.DEFINE_string("workdir", None, "", flag_values=fv)).config
+  assert (config.train.steps, config.seed, config.model.placement) == (7, 1, "peri")  # the trial's seed wins
+  assert not (tmp_path / "sweep.json").exists()
+
+
+@pytest.mark.parametrize("sweep_source,message", [
+    ("def get_sweep(arg):\n  return [{'model.depth': 3}]\n", "trial depth=3: no such config key 'model.depth'"),
+    ("def get_sweep(arg):\n  return [{'seed': 1}, {'model.n_head': 5}]\n", "trial n_head=5: config error: model"),
+    ("", "has no get_sweep(arg)"),
+])
+def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsys, sweep_source, message):
+  path = tmp_path / "bad.py"
+  path.write_text(EXPERIMENT.split("def get_sweep")[0] + sweep_source)
+  assert cli.main(["sweep", "--config", f"{path}:small", "--workdir", str(tmp_path / "out")]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and message in err, err
+  assert not (tmp_path / "out").exists()
