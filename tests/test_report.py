@@ -20,18 +20,24 @@ from nplace.report import fits, runs
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 PNG = b"\x89PNG\r\n\x1a\n"
-SMALL = [  # the tiny preset, smaller still, 4 steps
-    "--config.model.n_layer=2", "--config.model.d_model=32", "--config.data.seq_len=16",
-    "--config.data.synthetic_tokens=65536", "--config.train.steps=4", "--config.train.batch_size=4",
-    "--config.train.log_every=1", "--config.train.eval_every=4", "--config.train.eval_batches=1",
-    "--config.checkpoint.every=4", "--config.optim.warmup_steps=1",
-]
-GRID = [  # Pre-LN at a learning rate that overflows within two steps; Peri-LN at the preset's
-    {"model.placement": "pre", "optim.lr": 1e30, "seed": 0},
-    {"model.placement": "pre", "optim.lr": 1e30, "seed": 1},
-    {"model.placement": "peri", "seed": 0},
-    {"model.placement": "peri", "seed": 1},
-]
+GRID_FILE = """
+from nplace.config import experiment
+
+
+def get_config(arg="test"):
+  c = experiment("tiny", "pre")  # smaller still: 4 steps of a 2-layer, d=32 model
+  c.model.update(n_layer=2, d_model=32)
+  c.data.update(seq_len=16, synthetic_tokens=65536)
+  c.train.update(steps=4, batch_size=4, log_every=1, eval_every=4, eval_batches=1)
+  c.optim.warmup_steps = 1
+  c.checkpoint.every = 4
+  return c
+
+
+def get_sweep(arg="test"):  # Pre-LN at a learning rate that overflows in two steps; Peri-LN as preset
+  return [{"model.placement": "pre", "optim.lr": 1e30, "seed": s} for s in (0, 1)] + [
+      {"model.placement": "peri", "seed": s} for s in (0, 1)]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -49,21 +55,12 @@ def nplace(*args, env):
 
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory, env):
-  """The GRID's trials trained for real, with their sweep.json (a stability grid)."""
-  root = tmp_path_factory.mktemp("stability")
-  trials = []
-  for overrides in GRID:
-    name = "_".join(f"{k.rsplit('.', 1)[-1]}{v}" for k, v in overrides.items())
-    flags = [f"--config.{k}={v}" for k, v in overrides.items() if k != "model.placement"]
-    args = ["train", "--config", f"{ROOT}/experiments/tiny.py:{overrides['model.placement']}",
-            "--workdir", root / name, *SMALL, *flags]
-    nplace(*args, env=env)
-    summary = json.loads((root / name / "summary.json").read_text())
-    trials.append({"name": name, "overrides": overrides, "workdir": name, "status": summary["status"],
-                   "command": shlex.join(["nplace", *map(str, args)]), "error": None, "summary": summary})
-  (root / "sweep.json").write_text(json.dumps(
-      {"config": "experiments/stability.py:test", "overrides": [], "trials": trials}))
-  return root
+  """GRID_FILE's four trials trained for real by `nplace sweep` (a study-A grid: the file is
+  named stability.py)."""
+  root = tmp_path_factory.mktemp("grid")
+  (root / "stability.py").write_text(GRID_FILE)
+  nplace("sweep", "--config", f"{root / 'stability.py'}:test", "--workdir", root / "sweep", env=env)
+  return root / "sweep"
 
 
 def report(*args, capsys):
