@@ -11,6 +11,7 @@ import pathlib
 
 from nplace import events
 from nplace.config import EXPERIMENTS, experiment
+from nplace.sweep import FINISHED  # statuses whose summary is final
 
 STUDIES = {"stability": "stability", "collapse": "collapse", "growth": "growth"}  # grid file stem -> study
 LR_SCAN = "lr_scan"  # a stability grid whose ARG names this is the learning-rate scan
@@ -131,9 +132,6 @@ def train_command(config: dict, workdir) -> str:
   spec, diff = best or ("?", {})
   flags = [f"--config.{k}={v}" for k, v in diff.items()]
   return " ".join(["nplace train --config", spec, "--workdir", str(workdir), *flags])
-
-
-FINISHED = ("completed", "diverged")  # statuses whose summary is final
 
 
 def finished(runs) -> list:
