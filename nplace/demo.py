@@ -3,7 +3,7 @@
 Runs post, pre, peri and peri with dt=0.1 one after another (a few minutes on two CPU
 cores), logs under runs/demo/<name>/, then prints validation loss against the
 language's frequency loss (what a collapsed model gets) and entropy rate (the best
-any model can get).
+any model can get), and writes a report of the runs (runs/demo/report/report.md).
 """
 import pathlib
 
@@ -53,4 +53,6 @@ def main(argv=()):
   fv = parse_flags(list(argv), define, need_config=False)
   logdir = pathlib.Path(fv.logdir)
   print(table(run(logdir, fv.steps)))
-  print(f"\ncurves: tensorboard --logdir {logdir}")
+  from nplace.report import build
+  print(f"\nreport: {build.write([logdir], logdir / 'report')}")
+  print(f"curves: tensorboard --logdir {logdir}")

@@ -15,7 +15,7 @@ from absl import flags
 from nplace import checkpoint, data, evaluation, hooks, metrics, sharding, train_state
 from nplace.config import ConfigError
 from nplace.info import model_info
-from nplace.probes.suite import collapsed
+from nplace.outcomes import collapsed
 
 
 def initialize_distributed(d) -> None:

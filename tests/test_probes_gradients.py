@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nplace.probes import gradients, suite
+from nplace.probes import gradients
 from nplace.probes import taps as taps_lib
 from conftest import tiny_config
 import probe_reference as ref
@@ -87,8 +87,3 @@ def test_norm_factor_names_follow_placement(probed):
   want |= {f"embed_norm_{k}" for k in ("scale", "backward")} if cfg.embed_norm else set()
   assert names == want
 
-
-def test_collapsed():
-  assert bool(suite.collapsed(5.02, 5.0)) and bool(suite.collapsed(4.96, 5.0))
-  assert not bool(suite.collapsed(4.5, 5.0)) and not bool(suite.collapsed(5.2, 5.0, margin=0.1))
-  np.testing.assert_array_equal(suite.collapsed(jnp.array([5.0, 3.0]), 5.01), [True, False])

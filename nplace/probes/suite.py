@@ -1,4 +1,4 @@
-"""The whole probe suite as one jit-able function of (params, batch), and the collapse verdict."""
+"""The whole probe suite as one jit-able function of (params, batch)."""
 import functools
 
 import jax
@@ -92,8 +92,3 @@ def suite(config, params, batch_BT1, key) -> dict:
   """jit_suite for a full config (freezes its model and probe sections)."""
   return jit_suite(model.freeze(config.model), params, batch_BT1, key, model.freeze(config.probe))
 
-
-def collapsed(val_loss, frequency_loss, margin=0.05):
-  """Study B's verdict: the validation loss sits within `margin` nats of the frequency
-  loss (the unigram cross-entropy), i.e. the model predicts no better than unigram."""
-  return jnp.abs(jnp.asarray(val_loss) - frequency_loss) <= margin

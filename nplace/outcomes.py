@@ -1,0 +1,63 @@
+"""What counts as a failed run: the one definition the trainer, the sweeps and the report share.
+
+A run is judged from its `summary.json` alone, so a sweep's `sweep.json` is enough to count
+failures. Each kind is reported separately; a run can fail in more than one way.
+
+- `nonfinite`: the loss or a gradient was not finite — the run stopped (`status` diverged),
+  skipped updates (`skipped_steps` > 0, with `train.on_divergence=skip`), or its final
+  validation loss is NaN/inf.
+- `frequency_loss`: the run did not stop diverged and its final validation loss is no better than
+  `FREQUENCY_MARGIN` nats below the frequency loss (the unigram cross-entropy): the model learned
+  unigram statistics at most. A loss above the frequency loss counts too (a model stuck at
+  uniform predictions failed as well). A diverged run's last validation loss predates the
+  blow-up, so it is not judged.
+- `spike`: the z-score detector counted at least `SPIKE_MIN_COUNT` loss spikes *and* the largest
+  train loss after warmup (`max_train_loss`) reached the frequency loss: a sudden jump that threw
+  away everything beyond unigram statistics, not noise on a flat curve.
+- `ok`: none of these.
+"""
+import math
+
+import numpy as np
+
+FREQUENCY_MARGIN = 0.05  # nats: "at the frequency loss" means within this of it
+SPIKE_MIN_COUNT = 1  # loss spikes (train.spike_zscore detector) needed for a `spike` failure
+KINDS = ("nonfinite", "frequency_loss", "spike")  # failure kinds, most severe first
+OK = "ok"
+
+
+def collapsed(val_loss, frequency_loss, margin=FREQUENCY_MARGIN):
+  """Study B's verdict: the validation loss sits within `margin` nats of the frequency loss
+  (either side), i.e. the model predicts no better than the unigram distribution."""
+  return np.abs(np.asarray(val_loss) - np.asarray(frequency_loss)) <= margin
+
+
+def _finite(x) -> bool:
+  return x is not None and math.isfinite(x)
+
+
+def failures(summary: dict) -> tuple[str, ...]:
+  """The failure kinds (in KINDS order) a run's summary shows; () for a healthy run.
+
+  Fields a summary lacks (older runs have no loss_spikes or max_train_loss) count as no
+  evidence of that failure.
+  """
+  val, freq = summary.get("val_loss"), summary.get("frequency_loss")
+  found = []
+  if (summary.get("status") == "diverged" or (summary.get("skipped_steps") or 0) > 0
+      or (val is not None and not math.isfinite(val))):
+    found.append("nonfinite")
+  if (summary.get("status") != "diverged" and _finite(val) and _finite(freq)
+      and val >= freq - FREQUENCY_MARGIN):
+    found.append("frequency_loss")
+  peak = summary.get("max_train_loss")
+  if ((summary.get("loss_spikes") or 0) >= SPIKE_MIN_COUNT and _finite(peak) and _finite(freq)
+      and peak >= freq):
+    found.append("spike")
+  return tuple(found)
+
+
+def outcome(summary: dict) -> str:
+  """The most severe failure kind of a run, or `ok`."""
+  found = failures(summary)
+  return found[0] if found else OK

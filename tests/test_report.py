@@ -1,0 +1,233 @@
+"""`nplace report` as a user runs it: on a study-A grid trained for real (one configuration
+diverges at a huge learning rate), on plain run directories, and on hand-written probe
+event files for the growth and study-B sections."""
+import json
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorboardX
+from absl import flags
+
+from nplace import cli, outcomes
+from nplace.report import fits, runs
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NPLACE = pathlib.Path(sys.executable).parent / "nplace"
+PNG = b"\x89PNG\r\n\x1a\n"
+GRID_FILE = """
+from nplace.config import experiment
+
+
+def get_config(arg="test"):
+  c = experiment("tiny", "pre")  # smaller still: 4 steps of a 2-layer, d=32 model
+  c.model.update(n_layer=2, d_model=32)
+  c.data.update(seq_len=16, synthetic_tokens=65536)
+  c.train.update(steps=4, batch_size=4, log_every=1, eval_every=4, eval_batches=1)
+  c.optim.warmup_steps = 1
+  c.checkpoint.every = 4
+  return c
+
+
+def get_sweep(arg="test"):  # Pre-LN at a learning rate that overflows in two steps; Peri-LN as preset
+  return [{"model.placement": "pre", "optim.lr": 1e30, "seed": s} for s in (0, 1)] + [
+      {"model.placement": "peri", "seed": s} for s in (0, 1)]
+"""
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  cache = tmp_path_factory.mktemp("cache")
+  return dict(os.environ, NPLACE_CACHE=str(cache / "data"), JAX_COMPILATION_CACHE_DIR=str(cache / "jax"),
+              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu")
+
+
+def nplace(*args, env):
+  done = subprocess.run([NPLACE, *map(str, args)], env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stdout + done.stderr
+  return done
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory, env):
+  """GRID_FILE's four trials trained for real by `nplace sweep` (a study-A grid: the file is
+  named stability.py)."""
+  root = tmp_path_factory.mktemp("grid")
+  (root / "stability.py").write_text(GRID_FILE)
+  nplace("sweep", "--config", f"{root / 'stability.py'}:test", "--workdir", root / "sweep", env=env)
+  return root / "sweep"
+
+
+def report(*args, capsys):
+  """`nplace report ARGS` in this process (cli.main is the console script); its stdout."""
+  assert cli.main(["report", *map(str, args)]) == 0
+  return capsys.readouterr().out
+
+
+def table(text: str, header: str) -> list[dict]:
+  """The rows of the markdown table whose header line starts with `header`."""
+  lines = text.splitlines()
+  start = next(i for i, line in enumerate(lines) if line.startswith(header))
+  header = [c.strip() for c in lines[start].strip("|").split("|")]
+  rows = []
+  for line in lines[start + 2:]:
+    if not line.startswith("|"):
+      break
+    cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+    rows.append(dict(zip(header, cells)))
+  return rows
+
+
+def figures(out: pathlib.Path, text: str) -> list[pathlib.Path]:
+  """The PNG files report.md shows; each must exist and be a PNG."""
+  paths = [out / p for p in re.findall(r"!\[[^\]]*\]\((figures/[^)]+)\)", text)]
+  for path in paths:
+    assert path.read_bytes()[:8] == PNG, path
+  return paths
+
+
+def trials(root) -> list[dict]:
+  """sweep.json's trials, each with its summary read from the trial's own summary.json."""
+  out = json.loads((root / "sweep.json").read_text())["trials"]
+  for t in out:
+    t["summary"] = json.loads((root / t["workdir"] / "summary.json").read_text())
+  return out
+
+
+def test_study_a_table_counts_what_the_summaries_say(grid, tmp_path, env):
+  out = tmp_path / "report"
+  done = nplace("report", grid, "--out", out, env=env)
+  assert str(out / "report.md") in done.stdout
+  text = (out / "report.md").read_text()
+  assert "## Study A: stability" in text and figures(out, text)
+  summaries = [(t["overrides"]["model.placement"], t["summary"]) for t in trials(grid)]
+  assert sum(s["status"] == "diverged" for _, s in summaries) == 2  # the huge lr did it
+  rows = table(text, "| placement |")
+  assert [(r["placement"], r["lr"]) for r in rows] == [("pre", "1e+30"), ("peri", "-")]
+  for row in rows:
+    members = [s for placement, s in summaries if placement == row["placement"]]
+    n = len(members)
+    diverged = sum(s["status"] == "diverged" for s in members)
+    at_frequency = sum(s["status"] != "diverged" and s["val_loss"] >= s["frequency_loss"] - 0.05
+                       for s in members)
+    assert row["nonfinite"] == f"{diverged}/{n}"
+    assert row["frequency_loss"] == f"{at_frequency}/{n}"
+    assert row["failed"] == f"{sum(bool(outcomes.failures(s)) for s in members)}/{n}"
+    assert row["runs"].count("](") == n
+  # each run's row links its directory, relative to the report
+  for row in table(text, "| run | status |"):
+    target = re.search(r"\]\(([^)]+)\)", row["run"]).group(1)
+    assert (out / target / "summary.json").is_file()
+
+
+def test_plain_run_directories_get_a_runs_section_and_the_command_that_remakes_them(
+    grid, tmp_path, capsys, monkeypatch):
+  monkeypatch.chdir(ROOT)  # the commands name experiments/ from the repository root
+  out = tmp_path / "report"
+  peri = next(t for t in trials(grid) if t["overrides"]["model.placement"] == "peri")
+  run_dir = grid / peri["workdir"]
+  report(run_dir, "--out", out, capsys=capsys)
+  text = (out / "report.md").read_text()
+  assert "## Runs" in text and len(figures(out, text)) == 2  # train and eval loss
+  command = re.search(rf"^{re.escape(run_dir.name)}: (nplace train .*)$", text, re.M).group(1)
+  fv = cli.parse_flags(shlex.split(command)[2:],
+                       lambda f: flags.DEFINE_string("workdir", None, "", flag_values=f))
+  as_json = lambda config: json.loads(json.dumps(config))
+  assert as_json(fv.config.to_dict()) == runs.run_config(run_dir) and fv.workdir == str(run_dir)
+
+
+@pytest.mark.parametrize("args", [("missing", "--out", "o"), ("empty", "--out", "o"), ("torn", "--out", "o"),
+                                  ("empty",), ("--out", "o")])
+def test_bad_input_is_one_line_exit_2(args, tmp_path, capsys, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "empty").mkdir()
+  (tmp_path / "torn").mkdir()
+  (tmp_path / "torn" / "sweep.json").write_text('{"config": "experiments/stability.py:cpu", "tri')
+  assert cli.main(["report", *args]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("nplace report: ") and len(err.strip().splitlines()) == 1, err
+
+
+def blocks(values_SL):
+  """A per-layer probe over steps: (tag suffixes layer_001..L, values)."""
+  values_SL = np.asarray(values_SL, np.float64)
+  return [f"layer_{l:03d}" for l in range(1, values_SL.shape[1] + 1)], values_SL
+
+
+def sublayers(values_S2L):
+  """A per-sublayer probe (norm factors): attn_001, mlp_001, attn_002, ..."""
+  values_S2L = np.asarray(values_S2L, np.float64)
+  return [f"{b}_{l:03d}" for l in range(1, values_S2L.shape[1] // 2 + 1) for b in ("attn", "mlp")], values_S2L
+
+
+def write_probes(run_dir, steps, probes: dict):
+  """Event files as training writes them: train/loss and `probe/<name>/<suffix>` scalars
+  for probes {name: (suffixes, [S, n] values)}."""
+  writer = tensorboardX.SummaryWriter(str(run_dir))
+  for i, step in enumerate(steps):
+    writer.add_scalar("train/loss", 5.0 - i, step)
+    for name, (labels, values) in probes.items():
+      for label, value in zip(labels, values[i]):
+        writer.add_scalar(f"probe/{name}/{label}", float(value), step)
+  writer.close()
+
+
+def write_sweep(root, config, trials: dict):
+  """sweep.json for finished trials: name -> (overrides, summary)."""
+  (root / "sweep.json").write_text(json.dumps({"config": config, "overrides": [], "trials": [
+      {"name": name, "overrides": o, "workdir": name, "command": f"nplace train --workdir {name}",
+       "status": s["status"], "error": None, "summary": s} for name, (o, s) in trials.items()]}))
+
+
+SUMMARY = {"status": "completed", "step": 20, "frequency_loss": 4.48, "entropy_rate": 1.45}
+LAYERS = np.arange(1, 9)
+
+
+def test_growth_section_fits_linear_and_exponential_profiles(tmp_path, capsys):
+  profiles = {"peri": 1.0 + 0.5 * LAYERS, "pre": 0.1 * np.exp(0.6 * LAYERS)}
+  for name, profile in profiles.items():
+    write_probes(tmp_path / name, [0, 20], {q: blocks([profile, 2 * profile])
+                                           for q in ("mean_abs", "var_entry", "var_data")})
+  write_sweep(tmp_path, "experiments/growth.py:cpu",
+              {name: ({"model.placement": name}, SUMMARY | {"val_loss": 3.0}) for name in profiles})
+  report(tmp_path, "--out", tmp_path / "out", capsys=capsys)
+  text = (tmp_path / "out" / "report.md").read_text()
+  assert len(figures(tmp_path / "out", text)) == 6  # 3 quantities x (first, last)
+  rows = table(text, "| run | quantity |")
+  assert len(rows) == 6
+  for row in rows:
+    want = "linear" if row["run"].startswith("[peri]") else "exponential"
+    assert row["better (first)"] == row["better (last)"] == want, row
+
+
+def test_study_b_section_verdicts_and_gradient_ratio(tmp_path, capsys):
+  steps = [0, 10, 20]
+  grad_h = {"post": [[1.0, 1.0], [1e-2, 1.0], [1e-4, 2.0]], "post_centered": [[1.0, 1.0]] * 3}
+  for name, g in grad_h.items():
+    write_probes(tmp_path / name, steps, {"grad_h": blocks(g), "similarity": blocks(np.full((3, 2), 0.5)),
+                                          "norm_backward": sublayers(np.full((3, 4), 0.9))})
+  write_sweep(tmp_path, "experiments/collapse.py:cpu", {
+      "post": ({"model.placement": "post"}, SUMMARY | {"val_loss": 4.5}),
+      "post_centered": ({"model.attention": "centered"}, SUMMARY | {"val_loss": 3.0})})
+  report(tmp_path, "--out", tmp_path / "out", capsys=capsys)
+  text = (tmp_path / "out" / "report.md").read_text()
+  assert len(figures(tmp_path / "out", text)) == 2 + 2 * 2  # loss, ratio, 2 heatmaps per run
+  assert [r["collapsed"] for r in table(text, "| run | overrides | status |")] == ["yes", "no"]
+  ratio = {r["run"].split("]")[0][1:]: r for r in table(text, "| run | overrides | ratio")}
+  assert float(ratio["post"]["ratio, last probe"]) == pytest.approx(5e-5)
+  assert float(ratio["post_centered"]["ratio, last probe"]) == 1.0
+
+
+def test_fits_prefer_the_shape_the_data_has():
+  x = np.arange(1.0, 13.0)
+  assert fits.linear(x, 3 + 2 * x) == pytest.approx(1.0)
+  assert fits.exponential(x, np.exp(0.5 * x)) == pytest.approx(1.0)
+  assert fits.better(fits.linear(x, 3 + 2 * x), fits.exponential(x, 3 + 2 * x)) == "linear"
+  assert fits.better(fits.linear(x, np.exp(0.5 * x)), fits.exponential(x, np.exp(0.5 * x))) == "exponential"
+  assert np.isnan(fits.exponential(x, x - 5))  # not all positive: no exponential fit
+  assert fits.better(np.nan, 0.5) == "-"
