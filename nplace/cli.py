@@ -21,7 +21,6 @@ COMMANDS = {  # name -> module whose main(argv) runs it
     "train": "nplace.train",
     "probe": "nplace.probes.command",
     "convert": "nplace.convert",
-
     "report": "nplace.report.command",
     "plot": "nplace.compare",
     "eval": "nplace.evaluation",
