@@ -7,7 +7,7 @@ failures. Each kind is reported separately; a run can fail in more than one way.
   skipped updates (`skipped_steps` > 0, with `train.on_divergence=skip`), or its final
   validation loss is NaN/inf.
 - `frequency_loss`: the run did not stop diverged and its final validation loss is no better than
-  `FREQUENCY_MARGIN` nats below the frequency loss (the unigram cross-entropy): the model learned
+  `FAILURE_MARGIN` nats below the frequency loss (the unigram cross-entropy): the model learned
   unigram statistics at most. A loss above the frequency loss counts too (a model stuck at
   uniform predictions failed as well). A diverged run's last validation loss predates the
   blow-up, so it is not judged.
@@ -20,13 +20,18 @@ import math
 
 import numpy as np
 
-FREQUENCY_MARGIN = 0.05  # nats: "at the frequency loss" means within this of it
+COLLAPSE_MARGIN = 0.05  # nats: study B's "sits at the frequency loss" (SCIENCE.md)
+# nats: study A's "ended at or near the frequency loss". Wider than the collapse margin: a run
+# 0.1 nats below it learned a sliver beyond unigram statistics and still failed (the synthetic
+# language has 3 learnable nats; 0.25 is under a tenth of them). Set after the pilot runs of
+# results/README.md, which also lists every run's loss, so other thresholds can be read off.
+FAILURE_MARGIN = 0.25
 SPIKE_MIN_COUNT = 1  # loss spikes (train.spike_zscore detector) needed for a `spike` failure
 KINDS = ("nonfinite", "frequency_loss", "spike")  # failure kinds, most severe first
 OK = "ok"
 
 
-def collapsed(val_loss, frequency_loss, margin=FREQUENCY_MARGIN):
+def collapsed(val_loss, frequency_loss, margin=COLLAPSE_MARGIN):
   """Study B's verdict: the validation loss sits within `margin` nats of the frequency loss
   (either side), i.e. the model predicts no better than the unigram distribution."""
   return np.abs(np.asarray(val_loss) - np.asarray(frequency_loss)) <= margin
@@ -48,7 +53,7 @@ def failures(summary: dict) -> tuple[str, ...]:
       or (val is not None and not math.isfinite(val))):
     found.append("nonfinite")
   if (summary.get("status") != "diverged" and _finite(val) and _finite(freq)
-      and val >= freq - FREQUENCY_MARGIN):
+      and val >= freq - FAILURE_MARGIN):
     found.append("frequency_loss")
   peak = summary.get("max_train_loss")
   if ((summary.get("loss_spikes") or 0) >= SPIKE_MIN_COUNT and _finite(peak) and _finite(freq)

@@ -37,7 +37,7 @@ def test_nonfinite(fields):
 
 
 def test_frequency_loss_margin_and_above():
-  margin = outcomes.FREQUENCY_MARGIN
+  margin = outcomes.FAILURE_MARGIN
   assert outcomes.failures(summary(val_loss=FREQ - margin / 2)) == ("frequency_loss",)
   assert outcomes.failures(summary(val_loss=FREQ + 1.7)) == ("frequency_loss",)  # stuck at uniform
   assert outcomes.failures(summary(val_loss=FREQ - 2 * margin)) == ()

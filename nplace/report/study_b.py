@@ -62,7 +62,7 @@ def section(page, source, key: str) -> str:
   done = runs_lib.finished(source.runs)
   if not done:
     return "(no finished trials)"
-  intro = (f"`collapsed`: final validation loss within {outcomes.FREQUENCY_MARGIN} nats of the "
+  intro = (f"`collapsed`: final validation loss within {outcomes.COLLAPSE_MARGIN} nats of the "
            "frequency loss (`nplace/outcomes.py`). Gradient ratio: residual-stream gradient norm "
            "at block 1 over block L (grad_h probe); it falls by orders of magnitude when the "
            "lower layers starve.")
