@@ -1,9 +1,9 @@
 """Study A (Kan et al. 2025): does Peri-LN train where Pre-LN fails, and does dt=0.1 help?
 
 `experiments/stability.py:VARIANT`, VARIANT one of
-  cpu          placement {pre, peri, peri dt=0.1, post} x weight decay {0.1, 0} x 5 seeds
-               at the stress learning rate (the default)
-  lr_scan      placement (those four and peri with embed_norm) x learning rate, one seed
+  cpu          placement {pre, peri, peri dt=0.1, post, peri with embed_norm} x weight decay
+               {0.1, 0} x 5 seeds at the stress learning rate (the default)
+  lr_scan      placement x learning rate, one seed
   paper[,SIZE] the paper's grid on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText
   paper_lr_scan[,SIZE]
 
@@ -18,10 +18,15 @@ def _model(placement, dt=1.0, embed_norm=False) -> dict:
   return {"model.placement": placement, "model.dt": dt, "model.embed_norm": embed_norm}
 
 
-PLACEMENTS = (_model("pre"), _model("peri"), _model("peri", dt=0.1), _model("post"))
-# The scan adds the Peri-LN paper's embedding norm: at GPT-2's init the token embedding (std
-# 0.02) is otherwise drowned by 2L unit-rms branch outputs (see results/README.md).
-SCAN_PLACEMENTS = PLACEMENTS + (_model("peri", embed_norm=True),)
+PLACEMENTS = (
+    _model("pre"),
+    _model("peri"),
+    _model("peri", dt=0.1),
+    _model("post"),
+    # The Peri-LN paper's embedding norm: at GPT-2's init the token embedding (std 0.02) is
+    # otherwise drowned by 2L unit-rms branch outputs (see results/README.md).
+    _model("peri", embed_norm=True),
+)
 WEIGHT_DECAYS = (0.1, 0.0)
 SEEDS = range(5)
 # The CPU stress rate: the lowest rate of the lr_scan at which Pre-LN stops learning
@@ -74,6 +79,6 @@ def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
   if variant.endswith("lr_scan"):
     lrs = PAPER_SCAN_LRS if variant.startswith("paper") else CPU_SCAN_LRS
-    return [{**model, "optim.lr": lr} for model in SCAN_PLACEMENTS for lr in lrs]
+    return [{**model, "optim.lr": lr} for model in PLACEMENTS for lr in lrs]
   return [{**model, "optim.weight_decay": wd, "seed": seed}
           for model in PLACEMENTS for wd in WEIGHT_DECAYS for seed in SEEDS]
