@@ -95,7 +95,8 @@ class StepLog:
   """The host side of each train step, run one step late (once the next step is queued, so the
   host never waits on the device): divergence, spikes, train/* and perf/* scalars, progress."""
 
-  COUNTERS = ("loss_spikes", "skipped_steps", "max_train_loss")  # summary fields carried over a resume
+  # summary fields carried over a resume
+  COUNTERS = ("loss_spikes", "skipped_steps", "max_train_loss", "min_train_loss", "max_loss_rebound")
 
   def __init__(self, config, writer, progress, summary, tokens_per_step, mfu_per_tps, counters_path):
     """`mfu_per_tps`: the MFU of one token per second (None: no known peak FLOP/s);
@@ -156,6 +157,10 @@ class StepLog:
       s["skipped_steps"] += 1
     self.spikes.update(loss)
     s["loss_spikes"] = int(self.spikes.count)
+    if math.isfinite(loss):  # how far the loss ever climbed back above the best it had reached
+      if s["min_train_loss"] is not None:
+        s["max_loss_rebound"] = max(s["max_loss_rebound"] or 0.0, loss - s["min_train_loss"])
+      s["min_train_loss"] = loss if s["min_train_loss"] is None else min(loss, s["min_train_loss"])
     if step % t.log_every == 0 or step == t.steps:
       if step > self.config.optim.warmup_steps and math.isfinite(loss):
         s["max_train_loss"] = loss if s["max_train_loss"] is None else max(loss, s["max_train_loss"])

@@ -43,16 +43,17 @@ def test_frequency_loss_margin_and_above():
   assert outcomes.failures(summary(val_loss=FREQ - 2 * margin)) == ()
 
 
-def test_spike_needs_the_detector_and_a_jump_to_the_frequency_loss():
-  assert outcomes.failures(summary(loss_spikes=2, max_train_loss=FREQ + 0.5)) == ("spike",)
-  assert outcomes.failures(summary(loss_spikes=2, max_train_loss=FREQ - 0.5)) == ()  # noise
+def test_spike_is_a_climb_back_above_the_best_loss():
+  rebound = outcomes.SPIKE_REBOUND
+  assert outcomes.failures(summary(max_loss_rebound=rebound + 0.5)) == ("spike",)
+  assert outcomes.failures(summary(loss_spikes=3, max_loss_rebound=0.3)) == ()  # batch noise
   assert outcomes.failures(summary(loss_spikes=0, max_train_loss=FREQ + 3)) == ()  # slow start
 
 
 def test_kinds_are_reported_together_most_severe_first():
-  s = summary(val_loss=FREQ, loss_spikes=1, max_train_loss=9.0)
+  s = summary(val_loss=FREQ, max_loss_rebound=5.0)
   assert outcomes.failures(s) == ("frequency_loss", "spike")
-  s = summary(status="diverged", val_loss=2.5, loss_spikes=1, max_train_loss=9.0)
+  s = summary(status="diverged", val_loss=2.5, max_loss_rebound=5.0)
   assert outcomes.failures(s) == ("nonfinite", "spike") and outcomes.outcome(s) == "nonfinite"
 
 
