@@ -16,11 +16,11 @@ def _cpu():
   c = base_config()
   c.model.update(vocab_size=512, max_len=64, n_head=4, d_model=64, remat="none")
   c.data.seq_len = 64
-  c.train.update(steps=100, batch_size=16, log_every=10, eval_every=100, eval_batches=4,
+  c.train.update(steps=50, batch_size=16, log_every=10, eval_every=50, eval_batches=4,
                  peak_flops=2e11)
   c.optim.update(lr=3e-3, warmup_steps=10)
-  c.probe.update(every=100, power_iters=0, hutchinson_probes=2)
-  c.checkpoint.every = 100
+  c.probe.update(every=50, power_iters=0, hutchinson_probes=2)
+  c.checkpoint.every = 50
   return c
 
 
