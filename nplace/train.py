@@ -62,7 +62,8 @@ def make_probe_fn(config, writer, replicated):
   batch = jax.make_array_from_process_local_data(replicated, command.probe_batch(config, held_out=True))
 
   def run_probes(params, step):
-    results = jax.device_get(suite.suite(config, params, batch, command.probe_key(config)))
+    with sharding.activation_layout(replicated.mesh, config.mesh):
+      results = jax.device_get(suite.suite(config, params, batch, command.probe_key(config)))
     if writer.summary:
       summaries.write(writer.summary, step, results, config)
 

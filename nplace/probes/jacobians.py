@@ -52,7 +52,8 @@ def spectral(cfg, params, tokens_BT, taps, key, n_iters):
   def step(_, v_LBTD):
     return normalized(Jt(layers_L, J(layers_L, v_LBTD)))
 
-  v_LBTD = normalized(jax.random.normal(key, (L, *h_L_BTD.shape), h_L_BTD.dtype))
+  # tangents in the taps' dtype (the compute dtype), not the float32 output's
+  v_LBTD = normalized(jax.random.normal(key, (L, *h_L_BTD.shape), taps["blocks"]["h"].dtype))
   v_LBTD = jax.lax.fori_loop(0, n_iters, step, v_LBTD)
   return jnp.mean(jnp.sqrt(_seq_sq(J(layers_L, v_LBTD))), axis=-1)
 
