@@ -1,7 +1,7 @@
 """The fit table of BUILD_NOTES.md: `nplace compile` for every GPT-2 preset, placement,
 slice and compute dtype (train step only; the probe suite is compiled by `nplace compile`).
 
-  JAX_PLATFORMS=cpu nice -n 10 .venv/bin/python benchmarks/fit_table.py --out fit.jsonl
+  JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 nice -n 10 .venv/bin/python benchmarks/fit_table.py --out fit.jsonl
   .venv/bin/python benchmarks/fit_table.py --out fit.jsonl --table   # the markdown table
 
 Rows are appended as they finish (a rerun skips rows already in --out), the targets first:

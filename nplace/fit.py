@@ -7,6 +7,7 @@ with one line when it does not fit.
 """
 import copy
 import json
+import os
 import re
 import sys
 
@@ -160,6 +161,8 @@ def _text(r: dict) -> str:
 
 def main(argv):
   from nplace.cli import UsageError, parse_flags
+  # the flag is spelled with dashes, as the other tools' (absl wants underscores)
+  argv = [re.sub(r"^--batch-per-chip", "--batch_per_chip", arg) for arg in argv]
   fv = parse_flags(argv, _define)
   if not fv.topology:
     raise UsageError("--topology is required (e.g. v5e:4x4 or v5litepod-16)")
@@ -174,6 +177,10 @@ def main(argv):
     import libtpu  # noqa: F401  (the abstract TPU devices come from it)
   except ImportError:
     raise UsageError("needs libtpu: pip install 'nplace[aot]'") from None
+  # Compiling needs no TPU: stay off any local one (a TPU VM may be training), and let several
+  # compiles load libtpu at once (it otherwise holds a machine-wide lock file).
+  jax.config.update("jax_platforms", "cpu")
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   try:
     report = check(fv.config, fv.topology, fv.batch_per_chip)
   except DoesNotFit as e:
