@@ -59,3 +59,14 @@ def test_cloud_and_libtpu_names(name, want):
   topo = topologies.resolve(name)
   assert (topo.name, topo.chips) == want
   assert topologies.resolve(topo.cloud_name) == topo
+
+
+@needs_libtpu
+def test_tensor_axis_may_split_a_torus_axis():
+  """tensor=2 on a v5e 4x4 takes half of one physical axis (jax refuses unless allowed)."""
+  code = ("from nplace import sharding, topologies; from nplace.config import mesh_config\n"
+          "m = mesh_config(); m.data, m.fsdp, m.tensor = 1, 8, 2\n"
+          "print(dict(sharding.make_mesh(m, topologies.resolve('v5e:4x4').devices()).shape))")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+  done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+  assert done.stdout.strip().splitlines()[-1] == "{'data': 1, 'fsdp': 8, 'tensor': 2}", done.stderr
