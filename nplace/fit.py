@@ -1,6 +1,6 @@
 """`nplace compile --config CFG --topology NAME [--batch-per-chip N] [--json]`: does a run fit?
 
-Compiles the real train step (and the probe suite) ahead of time for a TPU slice's abstract
+Compiles the real train step (and the probe suite, when probe.every > 0) ahead of time for a TPU slice's abstract
 devices (libtpu, no TPU needed: the `aot` extra) on abstract inputs, and reports per-chip
 memory against the chip's HBM and a roofline estimate of step time and MFU. Exit code 3
 with one line when it does not fit.
@@ -24,7 +24,7 @@ _EXHAUSTED = re.compile(r"([\d.]+)([GMK])\b.*?exceeds .*?HBM.*?\(([\d.]+)([GMK])
 
 
 class DoesNotFit(Exception):
-  """The step needs more memory per chip than the chip has."""
+  """The train step (or the probe suite) needs more memory per chip than the chip has."""
 
   def __init__(self, needs: float, has: float, hints: list[str]):
     super().__init__(f"does not fit: needs {needs / GiB:.2f} GiB of {has / GiB:.2f} GiB per chip; "
@@ -51,7 +51,7 @@ def _memory(compiled) -> dict:
           "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes, "peak": peak}
 
 
-def _compile(lowered, hbm: int, hints: list[str]):
+def _compile(lowered, hints: list[str]):
   """The compiled executable; DoesNotFit when the compiler runs out of HBM."""
   try:
     return lowered.compile()
@@ -59,8 +59,8 @@ def _compile(lowered, hbm: int, hints: list[str]):
     found = _EXHAUSTED.search(str(e))
     if "RESOURCE_EXHAUSTED" not in str(e) or not found:
       raise
-    unit = {"G": 1e9, "M": 1e6, "K": 1e3}
-    raise DoesNotFit(float(found[1]) * unit[found[2]], hbm, hints) from None
+    unit = {"G": GiB, "M": 1 << 20, "K": 1 << 10}  # XLA's G is GiB: a v5e reports 15.75G usable
+    raise DoesNotFit(float(found[1]) * unit[found[2]], float(found[3]) * unit[found[4]], hints) from None
 
 
 def _hints(config, batch_per_chip: int, topo) -> list[str]:
@@ -102,7 +102,8 @@ def roofline(config, topo, mesh) -> dict:
 
 
 def check(config, topology: str, batch_per_chip: int, probes: bool = True) -> dict:
-  """The report for `config` on `topology` at `batch_per_chip`; raises DoesNotFit."""
+  """The report for `config` on `topology` at `batch_per_chip`; raises DoesNotFit. The probe
+  suite is compiled too when the run would use it (`probe.every` > 0)."""
   topo = topologies.resolve(topology)
   config = copy.deepcopy(config)
   config.train.batch_size = batch_per_chip * topo.chips
@@ -113,7 +114,7 @@ def check(config, topology: str, batch_per_chip: int, probes: bool = True) -> di
   batch = jax.ShapeDtypeStruct((config.train.batch_size, config.data.seq_len + 1), "int32",
                                sharding=sharding.batch_sharding(mesh, config.mesh))
   hints = _hints(config, batch_per_chip, topo)
-  compiled = _compile(train_step.lower(state, batch), topo.chip.hbm_bytes, hints)
+  compiled = _compile(train_step.lower(state, batch), hints)
   memory = _memory(compiled)
   if memory["peak"] > topo.chip.hbm_bytes:
     raise DoesNotFit(memory["peak"], topo.chip.hbm_bytes, hints)
@@ -125,15 +126,18 @@ def check(config, topology: str, batch_per_chip: int, probes: bool = True) -> di
       "dtype": config.model.dtype, "remat": config.model.remat, "placement": config.model.placement,
       "hbm_bytes": topo.chip.hbm_bytes, "bytes": memory, "fits": True,
       "xla_flops_per_chip": (cost or {}).get("flops"),  # the scanned layer counted once
-      **roofline(config, topo, mesh),
+      **roofline(config, topo, mesh), "probe_bytes": None,
   }
-  if probes:
-    report["probe_bytes"] = _probe_memory(config, mesh, state["params"], topo.chip.hbm_bytes, hints)
-    report["fits"] = report["probe_bytes"]["peak"] <= topo.chip.hbm_bytes
+  if probes and config.probe.every:
+    hints = [f"--config.probe.batch_size={max(1, config.probe.batch_size // 2)}",
+             "--config.probe.power_iters=0"]
+    report["probe_bytes"] = _probe_memory(config, mesh, state["params"], hints)
+    if report["probe_bytes"]["peak"] > topo.chip.hbm_bytes:
+      raise DoesNotFit(report["probe_bytes"]["peak"], topo.chip.hbm_bytes, hints)
   return report
 
 
-def _probe_memory(config, mesh, params, hbm, hints) -> dict:
+def _probe_memory(config, mesh, params, hints) -> dict:
   """The probe suite as `nplace train` runs it: a replicated held-out batch."""
   rep = sharding.replicated(mesh)
   batch = jax.ShapeDtypeStruct((config.probe.batch_size, config.data.seq_len + 1), "int32", sharding=rep)
@@ -141,7 +145,7 @@ def _probe_memory(config, mesh, params, hbm, hints) -> dict:
   with sharding.activation_layout(mesh, config.mesh):
     lowered = suite.jit_suite.lower(model.freeze(config.model), params, batch, key,
                                     model.freeze(config.probe))
-  return _memory(_compile(lowered, hbm, hints))
+  return _memory(_compile(lowered, hints))
 
 
 def _text(r: dict) -> str:
@@ -151,8 +155,8 @@ def _text(r: dict) -> str:
            f"train step per chip: peak {gib(r['bytes']['peak'])} of {gib(r['hbm_bytes'])} "
            f"(arguments {gib(r['bytes']['arguments'])}, outputs {gib(r['bytes']['outputs'])}, "
            f"temporaries {gib(r['bytes']['temporaries'])})"]
-  if "probe_bytes" in r:
-    lines.append(f"probe suite per chip: peak {gib(r['probe_bytes']['peak'])}")
+  lines.append(f"probe suite per chip: peak {gib(r['probe_bytes']['peak'])}" if r["probe_bytes"] else
+               "probe suite: not compiled (probe.every=0; --config.probe.every=N checks it too)")
   lines.append(f"roofline: {r['step_s'] * 1e3:.0f} ms/step, {r['tokens_per_sec']:,.0f} tokens/s, "
                f"MFU {r['mfu']:.0%} (model FLOPs {r['model_flops_per_chip']:.3g}/chip/step)")
   lines.append(f"fits: {str(r['fits']).lower()}")
