@@ -25,11 +25,13 @@ def compile_cli(*args, cwd):
 
 @needs_libtpu
 def test_tiny_config_fits_a_v5e_slice(tmp_path):
-  done = compile_cli(*TINY, "--config.probe.every=10", "--topology", "v5litepod-4", "--batch-per-chip", "2",
-                     "--json", cwd=tmp_path)
+  # bfloat16 with probes: the spectral-norm probe once mixed float32 tangents into a bf16 model
+  done = compile_cli(*TINY, "--config.probe.every=10", "--config.model.dtype=bfloat16", "--topology",
+                     "v5litepod-4", "--batch-per-chip", "2", "--json", cwd=tmp_path)
   assert done.returncode == 0, done.stderr
   report = json.loads(done.stdout)
   assert report["fits"] and report["topology"] == "v5e:2x2" and report["chips"] == 4
+  assert report["dtype"] == "bfloat16"
   assert report["global_batch"] == 8 and report["mesh"] == {"data": 4, "fsdp": 1, "tensor": 1}
   assert 0 < report["bytes"]["peak"] < report["hbm_bytes"] == 16 * topologies.GiB
   assert 0 < report["probe_bytes"]["peak"] < report["hbm_bytes"]
