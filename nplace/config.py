@@ -11,7 +11,7 @@ import ml_collections
 from ml_collections import config_dict
 
 # The experiment configs: the source tree's experiments/, which installs as nplace.experiments
-# (pyproject's package-dir), so an installed package finds them without the source tree.
+# (through the link nplace/experiments), so an installed package finds them without the tree.
 EXPERIMENTS = pathlib.Path(importlib.util.find_spec("nplace.experiments").submodule_search_locations[0])
 
 PLACEMENTS = ("post", "pre", "peri")
@@ -130,8 +130,8 @@ def mesh_config() -> ml_collections.ConfigDict:
   m.fsdp = 1  # parameter-sharded data-parallel axis size (params sharded over `embed`)
   m.tensor = 1  # tensor-parallel axis size (heads, mlp, vocab)
   # logical axis -> mesh axes; a logical axis not listed is replicated. Parameters: embed,
-  # heads, kv, mlp, vocab, norm, position, layers. Activations (nn.with_logical_constraint in
-  # the model, active under the mesh): batch, length, act_embed, act_heads, act_kv, act_mlp,
+  # heads, kv, mlp, vocab, norm, position, layers. Activations (sharding.constrain in the
+  # model, active under the mesh): batch, length, act_embed, act_heads, act_kv, act_mlp,
   # act_vocab. Listing act_embed nowhere keeps the residual stream whole on each device, so
   # the fsdp-sharded `embed` of the weights never drags the batch into an all-gather. `vocab`
   # is left out: GPT-2's 50257 splits over no even axis (add ("vocab", "tensor") with a padded
