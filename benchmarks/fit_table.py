@@ -34,7 +34,7 @@ def run(size, placement, topology, dtype, batch_per_chip) -> dict:
   start = time.perf_counter()
   try:
     report = fit.check(config, topology, batch_per_chip, probes=False)
-    row |= {"fits": True, "gib": report["bytes"]["peak"] / fit.GiB, "mfu": report["mfu"],
+    row |= {"fits": True, "gib": report["bytes"]["peak"] / fit.GiB, "bytes": report["bytes"], "mfu": report["mfu"],
             "mesh": report["mesh"], "remat": report["remat"], "chips": report["chips"]}
   except fit.DoesNotFit as e:
     row |= {"fits": False, "error": str(e), "remat": config.model.remat}

@@ -44,9 +44,11 @@ def _abstract(tree, shardings):
 
 
 def _memory(compiled) -> dict:
+  """Bytes per chip. `peak` is what the chip must hold: arguments, outputs not aliased to them
+  (the donated state) and the temporaries, which are one arena. (XLA's peak_memory_in_bytes
+  came out below the temporaries on TPU: 7.7 GB against 10.4 GB for 1.5B in float32.)"""
   m = compiled.memory_analysis()
-  peak = m.peak_memory_in_bytes or (m.argument_size_in_bytes + m.output_size_in_bytes
-                                    - m.alias_size_in_bytes + m.temp_size_in_bytes)
+  peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
   return {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
           "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes, "peak": peak}
 
