@@ -11,6 +11,7 @@ SIZES = {  # n_layer, n_head, d_model
     "774m": (36, 20, 1280),
     "1.5b": (48, 25, 1600),
 }
+_KV = {"heads": "kv", "act_heads": "act_kv"}
 
 
 def get_config(arg: str = "124m"):
@@ -20,6 +21,10 @@ def get_config(arg: str = "124m"):
                      f"{', '.join(SIZES)} and PLACEMENT in {', '.join(PLACEMENTS)}")
   c = base_config()
   c.model.n_layer, c.model.n_head, c.model.d_model = SIZES[size]
+  # Pod scale: parameters and optimizer state sharded over every chip (FSDP), not replicated.
+  c.mesh.data, c.mesh.fsdp = 1, -1
+  if c.model.n_head % 2:  # 25 heads split over no tensor axis: shard each head's 64 dims instead
+    c.mesh.rules = tuple((_KV.get(logical, logical), axes) for logical, axes in c.mesh.rules)
   if rest:
     c.model.placement = rest[0]
   return c

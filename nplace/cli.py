@@ -11,7 +11,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
-from nplace.config import ConfigError, validate
+from nplace.config import ConfigError, experiment_path, validate
 from nplace.data.errors import DataError
 
 COMMANDS = {  # name -> module whose main(argv) runs it
@@ -25,6 +25,7 @@ COMMANDS = {  # name -> module whose main(argv) runs it
     "plot": "nplace.compare",
     "eval": "nplace.evaluation",
     "sweep": "nplace.sweep",
+    "compile": "nplace.fit",
 }
 USAGE = f"usage: nplace {{{','.join(COMMANDS)}}} [--config FILE[:ARG]] [--config.KEY=VALUE ...]"
 
@@ -36,7 +37,7 @@ class UsageError(Exception):
 def parse_flags(argv, define=None, need_config=True):
   """Parses argv (without the command name) into a FlagValues; validates the config."""
   fv = flags.FlagValues()
-  argv = ["nplace", *argv]
+  argv = ["nplace", *_installed_configs(argv)]
   # sys_argv: config_flags finds the overrides there, not in sys.argv, so main(argv) works in-process.
   config_flags.DEFINE_config_file("config", None, "config file, FILE[:ARG]", flag_values=fv,
                                   sys_argv=argv)
@@ -60,6 +61,18 @@ def parse_flags(argv, define=None, need_config=True):
       raise UsageError("--config is required")
     validate(config)
   return fv
+
+
+def _installed_configs(argv):
+  """`--config experiments/NAME.py:ARG` read from the installed experiments when the path
+  does not exist here (a worker's non-editable install, another working directory)."""
+  out = list(argv)
+  for i, arg in enumerate(out):
+    if arg.startswith("--config="):
+      out[i] = "--config=" + experiment_path(arg.removeprefix("--config="))
+    elif arg == "--config" and i + 1 < len(out):
+      out[i + 1] = experiment_path(out[i + 1])
+  return out
 
 
 def _one_line(error: Exception) -> str:

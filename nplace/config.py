@@ -10,7 +10,9 @@ import pathlib
 import ml_collections
 from ml_collections import config_dict
 
-EXPERIMENTS = pathlib.Path(__file__).resolve().parent.parent / "experiments"
+# The experiment configs: the source tree's experiments/, which installs as nplace.experiments
+# (through the link nplace/experiments), so an installed package finds them without the tree.
+EXPERIMENTS = pathlib.Path(importlib.util.find_spec("nplace.experiments").submodule_search_locations[0])
 
 PLACEMENTS = ("post", "pre", "peri")
 NORMS = ("layernorm", "rmsnorm")
@@ -136,20 +138,39 @@ def mesh_config() -> ml_collections.ConfigDict:
   m.data = -1  # data-parallel axis size; -1 = the devices left over
   m.fsdp = 1  # parameter-sharded data-parallel axis size (params sharded over `embed`)
   m.tensor = 1  # tensor-parallel axis size (heads, mlp, vocab)
-  # logical axis -> mesh axes; a logical axis not listed is replicated. `vocab` is left out:
-  # GPT-2's 50257 splits over no even axis (add ("vocab", "tensor") with a padded vocab).
+  # logical axis -> mesh axes; a logical axis not listed is replicated. Parameters: embed,
+  # heads, kv, mlp, vocab, norm, position, layers. Activations (sharding.constrain in the
+  # model, active under the mesh): batch, length, act_embed, act_heads, act_kv, act_mlp,
+  # act_vocab. Listing act_embed nowhere keeps the residual stream whole on each device, so
+  # the fsdp-sharded `embed` of the weights never drags the batch into an all-gather. `vocab`
+  # is left out: GPT-2's 50257 splits over no even axis (add ("vocab", "tensor") with a padded
+  # vocab). Where n_head does not divide over `tensor` (GPT-2 1.5B: 25), shard `kv` instead.
   m.rules = (
       ("batch", ("data", "fsdp")),
       ("embed", "fsdp"),
       ("heads", "tensor"),
       ("mlp", "tensor"),
+      ("act_heads", "tensor"),
+      ("act_mlp", "tensor"),
   )
   return m
 
 
+def experiment_path(spec: str) -> str:
+  """`FILE[:ARG]` as given when FILE exists, else with FILE = `experiments/NAME.py` (or
+  `NAME.py`) taken from the installed experiments: the same names work from any directory."""
+  file, colon, arg = spec.partition(":")
+  path = pathlib.Path(file)
+  installed = EXPERIMENTS / path.name
+  if path.exists() or path.parent.name not in ("experiments", "") or not installed.exists():
+    return spec
+  return f"{installed}{colon}{arg}"
+
+
 def experiment(name: str, arg: str | None = None) -> ml_collections.ConfigDict:
   """`experiments/NAME.py`'s get_config(ARG), as `--config experiments/NAME.py:ARG` gives."""
-  spec = importlib.util.spec_from_file_location(f"experiments.{name}", EXPERIMENTS / f"{name}.py")
+  path = pathlib.Path(experiment_path(f"experiments/{name}.py"))
+  spec = importlib.util.spec_from_file_location(f"experiments.{name}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config() if arg is None else module.get_config(arg)

@@ -7,7 +7,7 @@ import time
 
 import jax
 
-from nplace import checkpoint, evaluation, metrics
+from nplace import checkpoint, evaluation, metrics, sharding
 
 
 class Hooks:
@@ -83,7 +83,8 @@ def probe_hook(hooks, config, writer, progress, replicated):
   probe_writer = summaries.ProbeWriter(writer.summary, config) if writer.summary else None
 
   def run(step, state):
-    results = jax.device_get(suite.suite(config, state["params"], batch, command.probe_key(config)))
+    with sharding.activation_layout(replicated.mesh, config.mesh):
+      results = jax.device_get(suite.suite(config, state["params"], batch, command.probe_key(config)))
     if probe_writer:
       probe_writer.write(step, results)
     progress.message(f"step {step} probe suite: {len(results)} probes written to TensorBoard")

@@ -2,6 +2,9 @@
 
 Each parameter carries logical axis names (`embed`, `heads`, `kv`, `mlp`, `vocab`,
 `norm`, `position`; the scan adds `layers`) so that a mesh plus rules shards it.
+Activations are pinned to their own names (`batch`, `length`, `act_*`) with
+`sharding.constrain`: a no-op unless traced under a mesh and its rules
+(nplace.sharding.activation_layout), so a run without a mesh computes exactly the same.
 """
 import math
 
@@ -9,7 +12,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from nplace.sharding import constrain
+
 _ZEROS = nn.initializers.zeros_init()
+RESIDUAL = ("batch", "length", "act_embed")
+HEADS = ("batch", "length", "act_heads", "act_kv")
 
 
 def weight_std(cfg, fan_in: int, output: bool = False) -> float:
@@ -75,21 +82,22 @@ class Attention(nn.Module):
           kernel_init=nn.with_logical_partitioning(weight_init(cfg, D), ("embed", "heads", "kv")),
           bias_init=nn.with_logical_partitioning(_ZEROS, ("heads", "kv")))
 
-    q_BTHK, k_BSHK, v_BSHK = (project_in(n)(x_BTD) for n in ("q", "k", "v"))
+    q_BTHK, k_BSHK, v_BSHK = (constrain(project_in(n)(x_BTD), HEADS) for n in ("q", "k", "v"))
     T = x_BTD.shape[1]
     logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK) / math.sqrt(K)
     causal_TS = jnp.tril(jnp.ones((T, T), bool))
     logits_BHTS = jnp.where(causal_TS, logits_BHTS.astype(jnp.float32), -jnp.inf)
-    probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1)
+    probs_BHTS = constrain(jax.nn.softmax(logits_BHTS, axis=-1), ("batch", "act_heads", "length", None))
     self.sow("intermediates", "probs", probs_BHTS)
     if cfg.attention == "centered":
       probs_BHTS = probs_BHTS - cesaro(T)
-    out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(cfg.dtype), v_BSHK)
-    return nn.DenseGeneral(
+    out_BTHK = constrain(jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(cfg.dtype), v_BSHK), HEADS)
+    out_BTD = nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.dtype, name="o",
         kernel_init=nn.with_logical_partitioning(weight_init(cfg, D, output=True),
                                                  ("heads", "kv", "embed")),
         bias_init=nn.with_logical_partitioning(_ZEROS, ("embed",)))(out_BTHK)
+    return constrain(out_BTD, RESIDUAL)
 
 
 class Mlp(nn.Module):
@@ -107,9 +115,11 @@ class Mlp(nn.Module):
           kernel_init=nn.with_logical_partitioning(weight_init(cfg, fan_in, output), axes),
           bias_init=nn.with_logical_partitioning(_ZEROS, axes[-1:]))
 
-    up_BTF = dense("fc_in", F, D, ("embed", "mlp"))(x_BTD)
+    hidden = ("batch", "length", "act_mlp")
+    up_BTF = constrain(dense("fc_in", F, D, ("embed", "mlp"))(x_BTD), hidden)
     if cfg.mlp == "swiglu":
-      hidden_BTF = nn.silu(dense("fc_gate", F, D, ("embed", "mlp"))(x_BTD)) * up_BTF
+      gate_BTF = constrain(dense("fc_gate", F, D, ("embed", "mlp"))(x_BTD), hidden)
+      hidden_BTF = nn.silu(gate_BTF) * up_BTF
     else:
       hidden_BTF = nn.gelu(up_BTF, approximate=True)
-    return dense("fc_out", D, F, ("mlp", "embed"), output=True)(hidden_BTF)
+    return constrain(dense("fc_out", D, F, ("mlp", "embed"), output=True)(hidden_BTF), RESIDUAL)

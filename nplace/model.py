@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from nplace.layers import Attention, Mlp, Norm, embed_std
+from nplace.layers import RESIDUAL, Attention, Mlp, Norm, constrain, embed_std
 
 REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
@@ -25,6 +25,7 @@ class Block(nn.Module):
   @nn.compact
   def __call__(self, h_BTD, _):
     cfg, dt = self.cfg, self.cfg.dt
+    h_BTD = constrain(h_BTD, RESIDUAL)
     for name, Branch in (("attn", Attention), ("mlp", Mlp)):
       branch = Branch(cfg, name=name)
       if cfg.placement == "post":    # h <- N(h + dt F(h))
@@ -34,7 +35,7 @@ class Block(nn.Module):
       else:                          # peri: h <- h + dt N_out(F(N_in(h)))
         h_BTD = h_BTD + dt * Norm(cfg, name=f"{name}_norm_out")(
             branch(Norm(cfg, name=f"{name}_norm_in")(h_BTD)))
-    h_BTD = self.perturb("h", h_BTD)
+    h_BTD = self.perturb("h", constrain(h_BTD, RESIDUAL))
     self.sow("intermediates", "h", h_BTD)
     return h_BTD, None
 
@@ -65,7 +66,7 @@ class Decoder(nn.Module):
     wpe = nn.Embed(cfg.max_len, cfg.d_model, name="wpe",
                    embedding_init=nn.with_logical_partitioning(embed_init, ("position", "embed")))
     T = tokens_BT.shape[1]
-    h_BTD = (wte(tokens_BT) + wpe(jnp.arange(T))[None]).astype(cfg.dtype)
+    h_BTD = constrain((wte(tokens_BT) + wpe(jnp.arange(T))[None]).astype(cfg.dtype), RESIDUAL)
     if cfg.embed_norm:
       h_BTD = Norm(cfg, name="embed_norm")(h_BTD)
     h_BTD = self.perturb("h0", h_BTD)
@@ -73,7 +74,7 @@ class Decoder(nn.Module):
     h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, None)
     if cfg.placement != "post":  # post already ends on a norm
       h_BTD = Norm(cfg, name="final_norm")(h_BTD)
-    return wte.attend(h_BTD).astype(jnp.float32)
+    return constrain(wte.attend(h_BTD).astype(jnp.float32), ("batch", "length", "act_vocab"))
 
 
 def freeze(cfg) -> ml_collections.FrozenConfigDict:

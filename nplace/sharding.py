@@ -1,13 +1,16 @@
-"""The device mesh and how parameters and batches are laid out on it.
+"""The device mesh and how parameters, batches and activations are laid out on it.
 
-Parameters carry logical axis names (see nplace/layers.py); `config.mesh.rules`
-maps them to the mesh axes `data`, `fsdp`, `tensor`.
+Parameters and activations carry logical axis names (see nplace/layers.py);
+`config.mesh.rules` maps them to the mesh axes `data`, `fsdp`, `tensor`.
 """
+import contextlib
+import contextvars
 import math
 
 import flax.linen as nn
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from nplace.config import ConfigError
@@ -29,13 +32,67 @@ def mesh_shape(mesh_config, n_devices: int) -> tuple[int, ...]:
 
 
 def make_mesh(mesh_config, devices=None) -> Mesh:
+  """The (data, fsdp, tensor) mesh, laid out on the TPU torus by jax's mesh builder.
+  Split physical axes are allowed: e.g. tensor=2 on a v5e 4x4 takes half of one torus axis."""
   devices = jax.devices() if devices is None else devices
   shape = mesh_shape(mesh_config, len(devices))
-  return Mesh(np.asarray(devices).reshape(shape), AXES)
+  if devices[0].platform != "tpu":
+    return Mesh(np.asarray(devices).reshape(shape), AXES)
+  return Mesh(mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True), AXES)
 
 
 def rules(mesh_config) -> tuple:
   return tuple((logical, tuple(m) if isinstance(m, (list, tuple)) else m) for logical, m in mesh_config.rules)
+
+
+_LAYOUT = contextvars.ContextVar("activation_layout", default=None)  # (mesh, rules) or None
+
+
+@contextlib.contextmanager
+def activation_layout(mesh: Mesh, mesh_config):
+  """Traced inside this, `constrain` pins activations to the mesh (outside: a no-op).
+
+  Its own context rather than flax's logical_axis_rules: under those, flax also constrains
+  every parameter as it is read, and DenseGeneral's init reshapes its kernel first, which
+  breaks shape evaluation; parameter layouts already come from the jit's in_shardings."""
+  token = _LAYOUT.set((mesh, rules(mesh_config)))
+  try:
+    yield
+  finally:
+    _LAYOUT.reset(token)
+
+
+def constrain(x, logical_axes: tuple):
+  """`x` laid out by the logical axes' rules inside activation_layout; else `x` itself.
+  A dimension that does not split evenly stays whole (the probe suite's 4 sequences on 16
+  chips, GPT-2's 50257-token vocabulary)."""
+  layout = _LAYOUT.get()
+  if layout is None:
+    return x
+  mesh, logical_rules = layout
+  spec = nn.logical_to_mesh_axes(logical_axes, logical_rules)
+  spec = [axes if dim % _ways(mesh, axes) == 0 else None for dim, axes in zip(x.shape, spec)]
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
+
+
+def _ways(mesh, axes) -> int:
+  """How many pieces mesh axes (None, a name or a tuple of names) split a dimension into."""
+  axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
+  return math.prod(mesh.shape[a] for a in axes)
+
+
+def under_layout(fn, mesh: Mesh, mesh_config):
+  """`fn` (a jitted function) called, and so traced, under activation_layout; `.lower` too."""
+  def call(*args):
+    with activation_layout(mesh, mesh_config):
+      return fn(*args)
+
+  def lower(*args):
+    with activation_layout(mesh, mesh_config):
+      return fn.lower(*args)
+
+  call.lower = lower
+  return call
 
 
 def logical_to_shardings(abstract_boxed, mesh: Mesh, mesh_config):
@@ -51,8 +108,7 @@ def check_divisible(abstract, shardings) -> None:
   flat, _ = jax.tree_util.tree_flatten_with_path(abstract)
   for (path, leaf), sharding in zip(flat, jax.tree.leaves(shardings)):
     for dim, axes in zip(leaf.shape, sharding.spec):
-      axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
-      parts = math.prod(sharding.mesh.shape[a] for a in axes)
+      parts = _ways(sharding.mesh, axes)
       if dim % parts:
         name = jax.tree_util.keystr(path)
         raise ConfigError("mesh", dict(sharding.mesh.shape),

@@ -90,11 +90,13 @@ def make_eval_step(config):
 
 
 def compile_steps(config, mesh, state_shardings):
-  """The train and eval steps, jitted with explicit shardings; the state is donated."""
+  """The train and eval steps, jitted with explicit shardings (the state is donated) and
+  traced under the mesh's activation layout."""
   batch = sharding.batch_sharding(mesh, config.mesh)
   rep = sharding.replicated(mesh)
   train_step = jax.jit(make_train_step(config), in_shardings=(state_shardings, batch),
                        out_shardings=(state_shardings, rep), donate_argnums=0)
   eval_step = jax.jit(make_eval_step(config), in_shardings=(state_shardings["params"], batch),
                       out_shardings=rep)
-  return train_step, eval_step
+  return (sharding.under_layout(train_step, mesh, config.mesh),
+          sharding.under_layout(eval_step, mesh, config.mesh))

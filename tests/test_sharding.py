@@ -1,10 +1,19 @@
-"""Mesh sizing and the logical-axis layout of parameters."""
+"""Mesh sizing, the logical-axis layout of parameters and activations."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
 import pytest
 from jax.sharding import AbstractMesh
 
-from nplace import sharding, train_state
+from nplace import layers, sharding, train_state
 from nplace.config import ConfigError, mesh_config
 from conftest import tiny_config
+
+TESTS = pathlib.Path(__file__).resolve().parent
 
 
 @pytest.mark.parametrize("sizes,devices,want", [
@@ -39,3 +48,37 @@ def test_uneven_split_names_the_array():
   mesh = AbstractMesh((1, 1, 2), sharding.AXES)  # sizes only: the check needs no devices
   with pytest.raises(ConfigError, match=r"\['wte'\]\['embedding'\] has a dimension of 61"):
     train_state.shardings(c, mesh)
+
+
+def _temp_bytes(devices: int) -> int:
+  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+             PYTHONPATH=str(TESTS), JAX_PLATFORMS="cpu")
+  done = subprocess.run([sys.executable, TESTS / "gather_bytes.py"], env=env, capture_output=True,
+                        text=True, check=True)
+  return int(done.stdout.strip().splitlines()[-1])
+
+
+def test_per_device_memory_does_not_grow_with_the_device_count():
+  """The logits-gather regression: without activation constraints the fsdp step gathers the
+  whole batch (the tiny preset took 93 MB of temporaries per device on 2 devices, 355 MB on 8)."""
+  two, eight = _temp_bytes(2), _temp_bytes(8)
+  assert eight <= 1.1 * two, (two, eight)
+
+
+def test_activation_constraints_are_no_ops_without_a_layout():
+  x = jnp.ones((4, 3, 8))
+  assert sharding.constrain(x, layers.RESIDUAL) is x
+
+
+def test_uneven_activation_dimension_stays_whole():
+  """The probe suite's few sequences on many chips: the batch dimension is left unsplit."""
+  c = tiny_config()
+  c.mesh.data, c.mesh.fsdp = 1, 2
+  mesh = AbstractMesh((1, 2, 1), sharding.AXES)
+
+  def spec_of(batch):
+    with sharding.activation_layout(mesh, c.mesh):
+      jaxpr = jax.make_jaxpr(lambda x: sharding.constrain(x, layers.RESIDUAL))(jnp.ones((batch, 2, 8)))
+    return tuple(jaxpr.eqns[0].params["sharding"].spec)
+
+  assert spec_of(4)[0] == ("data", "fsdp") and spec_of(3)[0] is None

@@ -43,16 +43,17 @@ def spectral(cfg, params, tokens_BT, taps, key, n_iters):
   f_vjp = jax.linear_transpose(f_jvp, taps)
   L = taps["blocks"]["h"].shape[0]
   layers_L = jnp.arange(L)
+  dtype = taps["blocks"]["h"].dtype  # the compute dtype (the output h_L is float32)
   J = jax.vmap(lambda l, v: f_jvp(taps_lib.place(taps, l, v)))
   Jt = jax.vmap(lambda l, u: taps_lib.pick(f_vjp(u)[0], l))
 
-  def normalized(v_LBTD):
-    return v_LBTD * jax.lax.rsqrt(_seq_sq(v_LBTD))[..., None, None]
+  def normalized(v_LBTD):  # kept in the taps' dtype: the tangents of a bfloat16 model are bfloat16
+    return (v_LBTD * jax.lax.rsqrt(_seq_sq(v_LBTD))[..., None, None]).astype(dtype)
 
   def step(_, v_LBTD):
     return normalized(Jt(layers_L, J(layers_L, v_LBTD)))
 
-  v_LBTD = normalized(jax.random.normal(key, (L, *h_L_BTD.shape), h_L_BTD.dtype))
+  v_LBTD = normalized(jax.random.normal(key, (L, *h_L_BTD.shape), dtype))
   v_LBTD = jax.lax.fori_loop(0, n_iters, step, v_LBTD)
   return jnp.mean(jnp.sqrt(_seq_sq(J(layers_L, v_LBTD))), axis=-1)
 

@@ -1,0 +1,75 @@
+"""`nplace compile` as a user runs it: a tiny config on a small TPU slice (libtpu compiles it
+here, no TPU needed), the exit-3 one-liner when it does not fit, and bad topologies."""
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from nplace import topologies
+
+NPLACE = pathlib.Path(sys.executable).parent / "nplace"
+TINY = ["--config", "experiments/tiny.py:peri", "--config.model.n_layer=2"]
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="libtpu not installed (pip install 'nplace[aot]')")
+
+
+def compile_cli(*args, cwd):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")  # libtpu's topologies need no TPU backend
+  return subprocess.run([NPLACE, "compile", *args], env=env, cwd=cwd, capture_output=True,
+                        text=True, timeout=600)
+
+
+@needs_libtpu
+def test_tiny_config_fits_a_v5e_slice(tmp_path):
+  # bfloat16 with probes: the spectral-norm probe once mixed float32 tangents into a bf16 model
+  done = compile_cli(*TINY, "--config.probe.every=10", "--config.model.dtype=bfloat16", "--topology",
+                     "v5litepod-4", "--batch-per-chip", "2", "--json", cwd=tmp_path)
+  assert done.returncode == 0, done.stderr
+  report = json.loads(done.stdout)
+  assert report["fits"] and report["topology"] == "v5e:2x2" and report["chips"] == 4
+  assert report["dtype"] == "bfloat16"
+  assert report["global_batch"] == 8 and report["mesh"] == {"data": 4, "fsdp": 1, "tensor": 1}
+  assert 0 < report["bytes"]["peak"] < report["hbm_bytes"] == 16 * topologies.GiB
+  assert 0 < report["probe_bytes"]["peak"] < report["hbm_bytes"]
+  assert 0 < report["mfu"] < 1
+
+
+@needs_libtpu
+def test_oversized_config_exits_3_with_one_line(tmp_path):
+  # a 2M-token vocabulary at width 2048: 4.1e9 embedding weights, 16 bytes each with Adam
+  done = compile_cli(*TINY, "--config.model.vocab_size=2000000", "--config.model.d_model=2048",
+                     "--config.mesh.data=1", "--config.mesh.fsdp=-1", "--topology", "v5e:2x2",
+                     cwd=tmp_path)
+  assert done.returncode == 3, done.stderr
+  lines = [line for line in done.stderr.splitlines() if line.startswith("does not fit")]
+  assert len(lines) == 1 and "GiB per chip; try --batch-per-chip 4" in lines[0], done.stderr
+  assert done.stdout == ""
+
+
+def test_unknown_topology_is_a_usage_error(tmp_path):
+  done = compile_cli(*TINY, "--topology", "v5litepod-12", cwd=tmp_path)
+  assert done.returncode == 2 and "unknown topology 'v5litepod-12'" in done.stderr
+
+
+@pytest.mark.parametrize("name,want", [("v4-8", ("v4:2x2x1", 4)), ("v5p-8", ("v5p:2x2x1", 4)),
+                                       ("v5litepod-16", ("v5e:4x4", 16)), ("v5e-64", ("v5e:8x8", 64)),
+                                       ("v6e-4", ("v6e:2x2", 4)), ("v4:2x2x4", ("v4:2x2x4", 16))])
+def test_cloud_and_libtpu_names(name, want):
+  topo = topologies.resolve(name)
+  assert (topo.name, topo.chips) == want
+  assert topologies.resolve(topo.cloud_name) == topo
+
+
+@needs_libtpu
+def test_tensor_axis_may_split_a_torus_axis():
+  """tensor=2 on a v5e 4x4 takes half of one physical axis (jax refuses unless allowed)."""
+  code = ("from nplace import sharding, topologies; from nplace.config import mesh_config\n"
+          "m = mesh_config(); m.data, m.fsdp, m.tensor = 1, 8, 2\n"
+          "print(dict(sharding.make_mesh(m, topologies.resolve('v5e:4x4').devices()).shape))")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+  done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+  assert done.stdout.strip().splitlines()[-1] == "{'data': 1, 'fsdp': 8, 'tensor': 2}", done.stderr
