@@ -1,9 +1,9 @@
 """Study A (Kan et al. 2025): does Peri-LN train where Pre-LN fails, and does dt=0.1 help?
 
 `experiments/stability.py:VARIANT`, VARIANT one of
-  cpu          placement {pre, peri, peri dt=0.1, post, peri with embed_norm} x weight decay
+  cpu          placement {pre, peri, peri dt=0.1, peri with embed_norm} x weight decay
                {0.1, 0} x 3 seeds at the stress learning rate (the default)
-  lr_scan      placement x learning rate, one seed
+  lr_scan      those placements and post x learning rate, one seed
   paper[,SIZE] the paper's grid (5 seeds) on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText
   paper_lr_scan[,SIZE]
 
@@ -22,11 +22,11 @@ PLACEMENTS = (
     _model("pre"),
     _model("peri"),
     _model("peri", dt=0.1),
-    _model("post"),
     # The Peri-LN paper's embedding norm: at GPT-2's init the token embedding (std 0.02) is
     # otherwise drowned by 2L unit-rms branch outputs (see results/README.md).
     _model("peri", embed_norm=True),
 )
+SCAN_PLACEMENTS = PLACEMENTS + (_model("post"),)  # the cpu grid leaves Post-LN to the scan
 WEIGHT_DECAYS = (0.1, 0.0)
 SEEDS = {"cpu": range(3), "paper": range(5)}  # 3 here: the grid fits an hour of 2 shared cores
 # The CPU stress rate: the lowest rate of the lr_scan at which Pre-LN stops learning
@@ -79,6 +79,6 @@ def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
   if variant.endswith("lr_scan"):
     lrs = PAPER_SCAN_LRS if variant.startswith("paper") else CPU_SCAN_LRS
-    return [{**model, "optim.lr": lr} for model in PLACEMENTS for lr in lrs]
+    return [{**model, "optim.lr": lr} for model in SCAN_PLACEMENTS for lr in lrs]
   return [{**model, "optim.weight_decay": wd, "seed": seed}
           for model in PLACEMENTS for wd in WEIGHT_DECAYS for seed in SEEDS[variant]]
