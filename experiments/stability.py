@@ -26,7 +26,7 @@ PLACEMENTS = (
     # otherwise drowned by 2L unit-rms branch outputs (see results/README.md).
     _model("peri", embed_norm=True),
 )
-SCAN_PLACEMENTS = PLACEMENTS + (_model("post"),)  # the cpu grid leaves Post-LN to the scan
+ALL_PLACEMENTS = PLACEMENTS + (_model("post"),)  # the cpu grid leaves Post-LN to the scan
 WEIGHT_DECAYS = (0.1, 0.0)
 SEEDS = {"cpu": range(3), "paper": range(5)}  # 3 here: the grid fits an hour of 2 shared cores
 # The CPU stress rate: the lowest rate of the lr_scan at which Pre-LN stops learning
@@ -79,6 +79,7 @@ def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
   if variant.endswith("lr_scan"):
     lrs = PAPER_SCAN_LRS if variant.startswith("paper") else CPU_SCAN_LRS
-    return [{**model, "optim.lr": lr} for model in SCAN_PLACEMENTS for lr in lrs]
+    return [{**model, "optim.lr": lr} for model in ALL_PLACEMENTS for lr in lrs]
   return [{**model, "optim.weight_decay": wd, "seed": seed}
-          for model in PLACEMENTS for wd in WEIGHT_DECAYS for seed in SEEDS[variant]]
+          for model in (PLACEMENTS if variant == "cpu" else ALL_PLACEMENTS)
+          for wd in WEIGHT_DECAYS for seed in SEEDS[variant]]
