@@ -216,7 +216,8 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None)
     shown.append(np.array([y], np.float64))
   if shown:
     _ylim(ax, np.concatenate(shown), log_y)
-  ax.legend(loc="best")
+  crowded = len(shown) > 4  # smaller and see-through, so a legend over data hides none of it
+  ax.legend(loc="best", fontsize=8 if crowded else None, framealpha=0.5 if crowded else None)
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.set_title(title)

@@ -27,6 +27,13 @@ def mean_loss(runs) -> float:
   return float(np.mean([run.summary["val_loss"] for run in runs]))
 
 
+def finite_mean_loss(runs) -> float:
+  """Mean final validation loss over the seeds that stayed finite, failed or not: the figure
+  shows where failing rates end (the table marks them)."""
+  finite = [run.summary["val_loss"] for run in runs if "nonfinite" not in outcomes.failures(run.summary)]
+  return float(np.mean(finite)) if finite else math.nan
+
+
 def best_lr(by_lr: dict) -> float | None:
   """The lr with the lowest mean final validation loss among those where no seed failed."""
   losses = {lr: mean_loss(members) for lr, members in by_lr.items()}
@@ -53,14 +60,14 @@ def section(page, source, key: str) -> str:
            "-" if best[label] is None else f"{best[label]:g}"] for label, by_lr in table.items()]
   series = {}
   for label, by_lr in table.items():
-    points = sorted((lr, mean_loss(m)) for lr, m in by_lr.items())
+    points = sorted((lr, finite_mean_loss(m)) for lr, m in by_lr.items())
     points = [(lr, loss) for lr, loss in points if not math.isnan(loss)]
     if points:
       series[label] = (np.array([p[0] for p in points]), np.array([p[1] for p in points]))
   figure = (page.figure(plots.curves(series, "peak learning rate", "final val loss (nats)", "LR scan",
                                      log_x=True, hlines=generic.reference_lines(done)),
                         f"{key}_lr_scan", "final validation loss vs learning rate")
-            if series else "(every learning rate failed: nothing to plot)")
+            if series else "(every learning rate went non-finite: nothing to plot)")
   parts = ["Final validation loss (mean ± std over seeds) per peak learning rate; a failed seed "
            "(any kind in `nplace/outcomes.py`) disqualifies its lr. Best lr: lowest mean among "
            "the lrs where no seed failed.",
