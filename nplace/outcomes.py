@@ -11,8 +11,8 @@ failures. Each kind is reported separately; a run can fail in more than one way.
   unigram statistics at most. A loss above the frequency loss counts too (a model stuck at
   uniform predictions failed as well). A diverged run's last validation loss predates the
   blow-up, so it is not judged.
-- `spike`: the train loss climbed at least `SPIKE_REBOUND` nats above the lowest it had reached
-  (`max_loss_rebound`, over every step's loss): a sudden jump that threw
+- `spike`: after warmup, the train loss climbed at least `SPIKE_REBOUND` nats above the lowest it
+  had reached since (`max_loss_rebound`, over every step's loss): a sudden jump that threw
   away everything beyond unigram statistics, not noise on a flat curve.
 - `ok`: none of these.
 """
