@@ -9,7 +9,7 @@ attention (the ablation: the prefix average removed) and Post-LN at GPT-2's scal
 `probe.every` steps, so the report can draw similarity, norm backward factors and
 per-layer gradients over training.
 """
-from nplace.config import base_config
+from nplace.config import base_config, variant
 
 TRIALS = (  # (placement, attention, init)
     ("post", "softmax", "variance_preserving"),
@@ -46,9 +46,7 @@ def _paper():
 
 
 def get_config(arg: str = "cpu"):
-  if arg not in ("cpu", "paper"):
-    raise ValueError(f"collapse variant {arg!r}: expected cpu | paper")
-  return _cpu() if arg == "cpu" else _paper()
+  return variant("collapse", arg, {"cpu": _cpu, "paper": _paper})
 
 
 def get_sweep(arg: str = "cpu") -> list[dict]:

@@ -6,7 +6,7 @@
 Probes run at step 0 and at the last step, so the report fits mean |h| and the variances
 against depth at init and after training (linear vs exponential).
 """
-from nplace.config import base_config
+from nplace.config import base_config, variant
 
 DEPTHS = (12, 24, 48)
 MODELS = (("pre", 1.0), ("pre", 0.1), ("peri", 1.0), ("peri", 0.1))
@@ -36,9 +36,7 @@ def _paper():
 
 
 def get_config(arg: str = "cpu"):
-  if arg not in ("cpu", "paper"):
-    raise ValueError(f"growth variant {arg!r}: expected cpu | paper")
-  return _cpu() if arg == "cpu" else _paper()
+  return variant("growth", arg, {"cpu": _cpu, "paper": _paper})
 
 
 def get_sweep(arg: str = "cpu") -> list[dict]:

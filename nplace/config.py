@@ -188,6 +188,13 @@ def from_saved(saved: dict) -> ml_collections.ConfigDict:
   return c
 
 
+def variant(study: str, arg: str, builders: dict):
+  """`builders[arg]()`: an experiment file's named variant, or a ValueError listing them."""
+  if arg not in builders:
+    raise ValueError(f"{study} variant {arg!r}: expected {' | '.join(builders)}")
+  return builders[arg]()
+
+
 def _positive(key: str, value):
   if not value > 0:
     raise ConfigError(key, value, "must be positive")
