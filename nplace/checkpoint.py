@@ -5,14 +5,13 @@ walks back from the newest step past any checkpoint that fails to load. A checkp
 without `data` (`nplace convert --from-hf` writes one) starts the data from its beginning.
 Restoring under a model config other than the one saved is a ConfigError naming the key.
 """
-import pathlib
 import sys
 
 import grain
 import jax
 import orbax.checkpoint as ocp
 
-from nplace import train_state
+from nplace import train_state, workdirs
 from nplace.config import ConfigError, base_config, from_saved
 
 # Model keys that may change between save and restore: they do not change the function.
@@ -25,7 +24,7 @@ def manager(workdir, checkpoint_config) -> ocp.CheckpointManager:
       save_interval_steps=checkpoint_config.every,
       enable_async_checkpointing=checkpoint_config.async_save,
       create=True)
-  return ocp.CheckpointManager(pathlib.Path(workdir).absolute() / "checkpoints", options=options)
+  return ocp.CheckpointManager(workdirs.resolve(workdir) / "checkpoints", options=options)
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state, data_iterator, config, force=False) -> bool:
@@ -84,7 +83,7 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, shardings, data_
 
 def _open(workdir, checkpoint_config, step=None):
   """(manager, step): `step`, or the newest; FileNotFoundError when there is no such checkpoint."""
-  directory = pathlib.Path(workdir) / "checkpoints"
+  directory = workdirs.resolve(workdir) / "checkpoints"
   mngr = manager(workdir, checkpoint_config) if directory.is_dir() else None
   steps = mngr.all_steps() if mngr else []
   if not steps:

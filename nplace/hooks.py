@@ -2,12 +2,11 @@
 periodic actions) for checkpoints, eval and probes, and the one-step-late step log."""
 import json
 import math
-import os
 import time
 
 import jax
 
-from nplace import checkpoint, evaluation, metrics, sharding
+from nplace import checkpoint, evaluation, metrics, sharding, workdirs
 
 
 class Hooks:
@@ -46,6 +45,7 @@ def checkpoint_hook(hooks, mngr, train_iter, config, log):
       log.flush()  # this step's metrics are in the counters (saving waits for the step anyway)
     if checkpoint.save(mngr, step, state, train_iter, config):
       log.save_counters(step)
+      log.writer.sync()  # a bucket workdir's event files go up with each checkpoint
 
   def final(step, state, status):
     if status != "diverged" and mngr.latest_step() != step:
@@ -80,7 +80,7 @@ def probe_hook(hooks, config, writer, progress, replicated):
     return
   from nplace.probes import command, suite, summaries
   batch = jax.make_array_from_process_local_data(replicated, command.probe_batch(config, held_out=True))
-  probe_writer = summaries.ProbeWriter(writer.summary, config) if writer.summary else None
+  probe_writer = summaries.ProbeWriter(writer, config) if writer.summary else None
 
   def run(step, state):
     with sharding.activation_layout(replicated.mesh, config.mesh):
@@ -126,9 +126,7 @@ class StepLog:
       saved = self._saved_counters()
       saved[str(step)] = {key: self.summary[key] for key in self.COUNTERS}
       keep = sorted(saved, key=int)[-(self.config.checkpoint.keep + 1):]  # +1: one being written
-      tmp = self.counters_path.with_name(self.counters_path.name + ".tmp")
-      tmp.write_text(json.dumps({k: saved[k] for k in keep}))
-      os.replace(tmp, self.counters_path)
+      workdirs.write_atomic(self.counters_path, json.dumps({k: saved[k] for k in keep}))
 
   def restore_counters(self, step: int):
     """The counters as of checkpoint `step` (a resumed run); the spike window starts empty."""

@@ -8,6 +8,8 @@ import numpy as np
 import tensorboardX
 import tqdm
 
+from nplace import workdirs
+
 # Peak dense bf16 FLOP/s per device, for perf/mfu when train.peak_flops is not set.
 PEAK_FLOPS = {
     "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12,
@@ -27,13 +29,21 @@ class Writer:
 
   Inactive off process 0. `purge_step` (the first step of a resumed run) makes TensorBoard
   drop whatever an interrupted run wrote from that step on, so no step appears twice.
+  A bucket logdir gets the files at each `sync` and at `close` (nplace.workdirs.EventSync).
   """
 
   def __init__(self, logdir, purge_step: int | None, active: bool):
+    self.summary = self.events = None
+    self.purge_step, self.segments = purge_step, 0
+    if active:
+      self.events = workdirs.EventSync(workdirs.resolve(logdir))
+      self.summary = self._open(purge_step)
+
+  def _open(self, purge_step):
     # Event files are named by the second they were opened in; the suffix keeps a quick
-    # resume from overwriting the file of the run it resumes.
-    self.summary = tensorboardX.SummaryWriter(
-        str(logdir), purge_step=purge_step, filename_suffix=f".from{purge_step or 0}") if active else None
+    # resume (or a bucket run's next segment) from overwriting an earlier file.
+    suffix = f".from{self.purge_step or 0}" + (f".{self.segments:05d}" if self.segments else "")
+    return tensorboardX.SummaryWriter(str(self.events.local), purge_step=purge_step, filename_suffix=suffix)
 
   def scalars(self, step: int, values: dict):
     if self.summary:
@@ -45,9 +55,19 @@ class Writer:
     if self.summary:
       self.summary.add_text(tag, text, 0)
 
+  def sync(self):
+    """A bucket workdir gets everything written so far: the event file is closed (tensorboardX's
+    flush leaves queued events unwritten), uploaded, and the next one opened. Locally a no-op."""
+    if self.summary and self.events.remote:
+      self.summary.close()
+      self.events.push()
+      self.segments += 1
+      self.summary = self._open(None)
+
   def close(self):
     if self.summary:
       self.summary.close()
+      self.events.close()
 
 
 class Progress:

@@ -6,13 +6,12 @@ host never waits on the device (hooks.StepLog); checkpoints (orbax) every
 hooks (nplace/hooks.py); a run resumes from its workdir's newest good checkpoint.
 """
 import json
-import pathlib
 import signal
 
 import jax
 from absl import flags
 
-from nplace import checkpoint, data, evaluation, hooks, metrics, sharding, train_state
+from nplace import checkpoint, data, evaluation, hooks, metrics, sharding, train_state, workdirs
 from nplace.config import ConfigError
 from nplace.info import model_info
 from nplace.outcomes import collapsed
@@ -49,7 +48,7 @@ def _global_batch(local_batch, batch_sharding):
 
 def _announce(progress, workdir, config, evaluator):
   """Where the logs go and what runs when, before the first step."""
-  progress.message(f"logs: {workdir.absolute()} (TensorBoard event files; summary.json at the end)\n"
+  progress.message(f"logs: {workdir} (TensorBoard event files; summary.json at the end)\n"
                    f"  tensorboard --logdir {workdir}")
   if config.probe.every:
     progress.message(f"probes: the suite runs at step 0 and every {config.probe.every} steps")
@@ -59,7 +58,7 @@ def _announce(progress, workdir, config, evaluator):
 
 def train(config, workdir) -> dict:
   """Trains (or resumes) in `workdir`; returns what it writes to `workdir/summary.json`."""
-  workdir = pathlib.Path(workdir)
+  workdir = workdirs.resolve(workdir)
   initialize_distributed(config.distributed)
   mesh = sharding.make_mesh(config.mesh)
   n_proc, is_main = jax.process_count(), jax.process_index() == 0

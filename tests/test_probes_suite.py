@@ -7,9 +7,8 @@ import urllib.parse
 import numpy as np
 import pytest
 from PIL import Image
-from tensorboardX import SummaryWriter
 
-from nplace import cli, events, plots
+from nplace import cli, events, metrics, plots
 from nplace.probes import catalog, summaries
 from conftest import tiny_config
 
@@ -96,14 +95,16 @@ def test_custom_scalars_one_chart_per_probe_with_all_its_layers(tensorboard_api)
 def test_resumed_run_heatmap_keeps_the_history(tmp_path):
   config = tiny_config(placement="post", n_layer=3)
   result = lambda step: {"similarity": np.full(3, 0.1 * step), "loss": np.array([4.0 - step])}
-  with SummaryWriter(str(tmp_path)) as writer:
-    first = summaries.ProbeWriter(writer, config)
-    for step in range(4):  # a run killed after probing step 3 but checkpointed at 2
-      first.write(step, result(step))
-  with SummaryWriter(str(tmp_path), purge_step=3) as writer:
-    resumed = summaries.ProbeWriter(writer, config)
-    resumed.write(3, result(3))
-    resumed.write(4, result(4))
+  writer = metrics.Writer(tmp_path, purge_step=None, active=True)
+  first = summaries.ProbeWriter(writer, config)
+  for step in range(4):  # a run killed after probing step 3 but checkpointed at 2
+    first.write(step, result(step))
+  writer.close()
+  writer = metrics.Writer(tmp_path, purge_step=3, active=True)
+  resumed = summaries.ProbeWriter(writer, config)
+  resumed.write(3, result(3))
+  resumed.write(4, result(4))
+  writer.close()
   steps, rows = resumed.history["similarity"]
   assert steps == [0, 1, 2, 3, 4] and np.allclose([r[0] for r in rows], [0.0, 0.1, 0.2, 0.3, 0.4])
   assert events.read_probe_history(tmp_path)["similarity"].steps.tolist() == [0, 1, 2, 3, 4]

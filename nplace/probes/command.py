@@ -7,7 +7,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from nplace import model
+from nplace import model, workdirs
 from nplace.probes import suite
 
 
@@ -53,7 +53,7 @@ def _restore(config, workdir, step):
   checked first because orbax would create the checkpoints directory)."""
   from nplace.checkpoint import restore_params
   from nplace.cli import UsageError
-  if not (pathlib.Path(workdir) / "checkpoints").is_dir():
+  if not (workdirs.resolve(workdir) / "checkpoints").is_dir():
     raise UsageError(f"--workdir {workdir}: no checkpoints there (not a training run directory)")
   try:
     return restore_params(config, workdir, step)

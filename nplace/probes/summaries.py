@@ -51,7 +51,7 @@ def layout(results) -> dict:
 
 
 class ProbeWriter:
-  """Writes every probe-suite result of a run to a tensorboardX SummaryWriter.
+  """Writes every probe-suite result of a run through a `metrics.Writer` (active).
 
   The heatmaps need the run's history: on the first write it is read back from the run's
   event files (so a resumed run still shows all of it), then kept in memory.
@@ -71,12 +71,12 @@ class ProbeWriter:
         continue
       kind = catalog.probe(name).kind
       for label, value in zip(catalog.labels(kind, len(values)), values):
-        self.writer.add_scalar(tag(name, label), float(value), step)
+        self.writer.summary.add_scalar(tag(name, label), float(value), step)
       if kind == "single":
         continue
       finite = values[np.isfinite(values)]
       if finite.size:
-        self.writer.add_histogram(f"probe_hist/{name}", finite, step)
+        self.writer.summary.add_histogram(f"probe_hist/{name}", finite, step)
       curve, label = curves.get(name, (None, None))
       self._image(f"probe_profile/{name}", plots.profile(name, values, kind, curve, label, step), step)
       if name in self.history:
@@ -89,14 +89,14 @@ class ProbeWriter:
 
   def _start(self, step, results):
     """History of the earlier steps from the event files; the layout, once per process."""
-    past = events.read_probe_history(self.writer.logdir)
+    past = events.read_probe_history(self.writer.events.local)
     self.history = {}
     for name in catalog.HEATMAPS:
       if name in results:
         h = past.get(name)
         keep = [] if h is None or h.values.shape[1] != results[name].size else np.flatnonzero(h.steps < step)
         self.history[name] = ([int(h.steps[i]) for i in keep], [h.values[i] for i in keep])
-    self.writer.add_custom_scalars(layout(results))
+    self.writer.summary.add_custom_scalars(layout(results))
 
   def _image(self, tag_, fig, step):
-    self.writer.add_image(tag_, plots.to_rgb(fig), step, dataformats="HWC")
+    self.writer.summary.add_image(tag_, plots.to_rgb(fig), step, dataformats="HWC")
