@@ -1,15 +1,16 @@
 """`nplace lab` as a user runs it (the installed command on a 2-block model: scorecard, --json,
 --rank on a sweep directory, bad input), and its new pure functions against references
 (jax.jacfwd, closed forms)."""
+import functools
 import json
 import math
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -25,25 +26,14 @@ SMALL = ["--depth", "2", "--width", "32", "--config.data.seq_len=8", "--config.p
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-  """One persistent compilation cache for the module's commands: --rank reuses the scorecard's."""
-  cache = tmp_path_factory.mktemp("cache")
-  return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache / "jax"),
-              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu")
-
-
-def nplace(env, *args):
-  done = subprocess.run([NPLACE, "lab", *map(str, args)], env=env, capture_output=True, text=True, timeout=600)
+def scorecard(tmp_path_factory):
+  """(stdout, --json contents) of the installed `nplace lab pre` on the small model."""
+  tmp = tmp_path_factory.mktemp("lab")
+  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "jax"), JAX_PLATFORMS="cpu")
+  done = subprocess.run([NPLACE, "lab", "pre", *SMALL, "--json", tmp / "lab.json"], env=env,
+                        capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stdout + done.stderr
-  return done.stdout
-
-
-@pytest.fixture(scope="module")
-def scorecard(tmp_path_factory, env):
-  """(stdout, --json contents) of `nplace lab pre` on the small model."""
-  out = tmp_path_factory.mktemp("lab") / "lab.json"
-  stdout = nplace(env, "pre", *SMALL, "--json", out)
-  return stdout, json.loads(out.read_text())
+  return done.stdout, json.loads((tmp / "lab.json").read_text())
 
 
 def small_config(placement):
@@ -81,39 +71,54 @@ def test_json_holds_every_probe_and_the_checks_drawn_from_them(scorecard):
   assert set(got["cards"]["peri"]["checks"]["backward_products"]) == {"norm_in", "norm_out"}
 
 
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def exact_block_jacobians(cfg, tokens_BT, seed):
+  """|J_l - I|_F / sqrt(T d) per block from the full jax.jacfwd Jacobian at the block's input
+  in the forward pass (per sequence, averaged in square), outputs as initialised and x SCALE."""
+  params = model.init(cfg, jax.random.key(seed))
+  _, inter = taps_lib.forward(cfg, params, tokens_BT, taps_lib.zero_taps(cfg, tokens_BT))
+  h_in_LBTD = jnp.concatenate([taps_lib.sown(inter["h0"])[None], taps_lib.hidden_LBTD(inter)[:-1]])
+  block = model.Block(cfg)
+
+  def sq_norm(p_l, h_TD):
+    J = jax.jacfwd(lambda x: block.apply({"params": p_l}, x[None], None)[0][0])(h_TD)
+    return jnp.sum(jnp.square(J.reshape(h_TD.size, -1) - jnp.eye(h_TD.size))) / h_TD.size
+
+  def per_block(p):
+    sq_LB = jax.vmap(lambda p_l, h_BTD: jax.vmap(lambda h: sq_norm(p_l, h))(h_BTD))(p["blocks"], h_in_LBTD)
+    return jnp.sqrt(jnp.mean(sq_LB, -1))
+  return jnp.stack([per_block(params), per_block(lab_checks.scale_outputs(params, lab_checks.SCALE))])
+
+
 def test_scale_check_matches_jacfwd(scorecard):
   """The lab's |J_l - I| (Hutchinson) at c = 1 and c = SCALE against the exact block
   Jacobians at the same inputs: Peri-LN exactly invariant, Pre-LN's branch ~ c."""
   _, got = scorecard
   for name in ("peri", "pre"):
     config = small_config(name)
-    cfg = model.freeze(config.model)
-    params = model.init(cfg, jax.random.key(config.seed))
     tokens_BT = command.probe_batch(config, held_out=False)[:, :-1]
-    _, inter = taps_lib.forward(cfg, params, tokens_BT, taps_lib.zero_taps(cfg, tokens_BT))
-    h_in = np.concatenate([taps_lib.sown(inter["h0"])[None], taps_lib.hidden_LBTD(inter)[:-1]])
-    block = model.Block(cfg)
-    jac = jax.jit(jax.jacfwd(lambda p_l, x: block.apply({"params": p_l}, x[None], None)[0][0], argnums=1))
-    exact = []
-    for p in (params, lab_checks.scale_outputs(params, lab_checks.SCALE)):
-      sq = [[np.sum(np.square(jac(jax.tree.map(lambda x: x[l], p["blocks"]), h_TD).reshape(h_TD.size, -1)
-                              - np.eye(h_TD.size))) / h_TD.size
-             for h_TD in h_in[l]]  # per sequence: the batch Jacobian is block-diagonal
-            for l in range(cfg.n_layer)]
-      exact.append(np.sqrt(np.mean(sq, -1)))
-    measured = np.asarray(got["cards"][name]["block_jacobian"])
-    np.testing.assert_allclose(measured, exact, rtol=0.2)  # 2 Hutchinson probes x 2 sequences
-    ratio = got["cards"][name]["checks"]["scale_ratio"]
+    exact = np.asarray(exact_block_jacobians(model.freeze(config.model), tokens_BT, config.seed))
+    card = got["cards"][name]
+    np.testing.assert_allclose(card["block_jacobian"], exact, rtol=0.2)  # 2 Hutchinson probes x 2 sequences
     if name == "peri":
-      assert ratio == pytest.approx(1.0, abs=1e-4)
+      assert card["checks"]["scale_ratio"] == pytest.approx(1.0, abs=1e-4)
       np.testing.assert_allclose(exact[1], exact[0], rtol=1e-4)
     else:
-      assert ratio == pytest.approx(lab_checks.scale_ratio(*exact), rel=0.1) and ratio > 5
+      assert card["checks"]["scale_ratio"] == pytest.approx(lab_checks.scale_ratio(*exact), rel=0.1)
+      assert card["checks"]["scale_ratio"] > 5
 
 
-def test_rank_joins_scores_with_measured_outcomes(scorecard, probe_run, env, tmp_path):
-  """A sweep of real summary.json files (probe_run's, with the outcomes set per trial):
-  the measured ranking is failure rate then val loss, and rho is the ranks' correlation."""
+def test_rank_joins_scores_with_measured_outcomes(scorecard, probe_run, tmp_path, monkeypatch, capsys):
+  """`nplace lab --rank` on a sweep of real summary.json files (probe_run's, with the outcomes
+  set per trial): the measured ranking is failure rate then val loss, and rho is the ranks'
+  correlation. The lab models it asks for are the scorecard's (same flags), so their cards are
+  the ones `nplace lab pre` measured (saves three compiles)."""
+  measured = scorecard[1]["cards"]
+
+  def measure_all(configs):
+    assert all((c.model.n_layer, c.model.d_model, c.model.norm) == (2, 32, "rmsnorm") for c in configs.values())
+    return {m: measured[c.model.placement] for m, c in configs.items()}
+  monkeypatch.setattr(lab, "measure_all", measure_all)
   real = json.loads((probe_run / "summary.json").read_text()) | {"max_loss_rebound": 0.0}
   freq = real["frequency_loss"]
   outcomes = {"post": [{"status": "diverged"}, {"val_loss": freq}],  # failure rate 1
@@ -133,14 +138,15 @@ def test_rank_joins_scores_with_measured_outcomes(scorecard, probe_run, env, tmp
                  "command": "nplace train ...", "status": "pending", "error": None, "summary": None})
   (tmp_path / "sweep.json").write_text(json.dumps({"config": "experiments/placements.py", "overrides": [],
                                                    "trials": trials}))
-  stdout = nplace(env, "--rank", tmp_path, *SMALL, "--json", tmp_path / "rank.json")
+  assert cli.main(["lab", "--rank", str(tmp_path), *SMALL, "--json", str(tmp_path / "rank.json")]) == 0
+  stdout = capsys.readouterr().out
   got = json.loads((tmp_path / "rank.json").read_text())
   rows = {r["configuration"]: r for r in got["rows"]}
   assert {k: (r["failure_rate"], r["runs"]) for k, r in rows.items()} == {
       "placement=post": (1.0, 2), "placement=pre": (0.5, 2), "placement=peri": (0.0, 2)}
   assert rows["placement=peri"]["val_loss"] == pytest.approx(freq - 1.25)
   assert rows["placement=post"]["val_loss"] == pytest.approx(freq)  # the diverged run left out
-  scores = {name: card["score"] for name, card in scorecard[1]["cards"].items()}
+  scores = {name: card["score"] for name, card in measured.items()}
   assert {k.split("=")[1]: r["score"] for k, r in rows.items()} == pytest.approx(scores)
   order = sorted(scores, key=scores.get)  # lab ranks of peri, pre, post vs measured 1, 2, 3
   d = np.array([order.index(p) for p in ("peri", "pre", "post")]) - np.arange(3)
@@ -167,7 +173,8 @@ def test_growth_fits_recover_slope_and_rate():
 
 
 def test_scale_outputs_scales_only_the_output_projections(make_config):
-  params = model.init(make_config().model, jax.random.key(0))
+  shapes = model.abstract_params(make_config().model)
+  params = jax.tree.map(lambda s: np.random.default_rng(0).normal(size=s.shape), shapes)
   scaled = lab_checks.scale_outputs(params, 3.0)
   flat, flat_scaled = jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(scaled)
   hits = 0
