@@ -127,7 +127,7 @@ def main(argv):
     if placement is not None:
       raise UsageError(f"--rank takes no PLACEMENT (got {placement!r}): it scores the sweep's own")
     from nplace import lab_rank
-    out = lab_rank.main(fv.config, fv.rank, fv.depth, fv.width)
+    out = lab_rank.rank(fv.config, fv.rank, fv.depth, fv.width)
   else:
     if placement not in PLACEMENTS:
       raise UsageError(f"placement {placement!r}: expected one of {', '.join(PLACEMENTS)}"

@@ -2,7 +2,13 @@
 
 Each check reads numbers the probe suite measured (`nplace.probes.suite`) on one model at
 init; `checks` turns them into the scorecard's entries and `score` into one number that
-ranks placements (lower = predicted more stable).
+ranks placements. The rule: the score is how many orders of magnitude the model is off
+balance, summed over five checks,
+
+  |log10 grad(h_1)/grad(h_L)| + |log10 |J_{0->L}|| + |log10 rms(h_L)/rms(h_0)|
+  + |log10 (|J_l - I| with the output projections x c) / |J_l - I|| - log10(1 - top similarity),
+
+lower = more stable, and a placement is predicted to train stably when it is below 1.
 """
 import math
 

@@ -76,7 +76,7 @@ def markdown_table(table: list[dict], rho: float) -> str:
           f"rate, then val loss) = {markdown.number(rho, 3)} over {len(table)} configurations.")
 
 
-def main(base, sweep_dir, depth: int, width: int) -> dict:
+def rank(base, sweep_dir, depth: int, width: int) -> dict:
   """Prints the ranking table; returns every number (for --json)."""
   from nplace.cli import UsageError
   try:
