@@ -14,9 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nplace import cli, lab, lab_checks, lab_rank, model
+from nplace import cli, grid, lab, lab_checks, lab_rank, model
 from nplace.config import PLACEMENTS, experiment
 from nplace.probes import command, taps as taps_lib
+from nplace.report import runs as report_runs
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 # 2 blocks of width 32 on 8 tokens, RMSNorm at the variance-preserving init: the branch
@@ -208,3 +209,14 @@ def test_bad_input_is_one_line_before_any_compile(capsys, monkeypatch, argv, nee
   assert cli.main(["lab", *argv]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and needle in err, err
+
+
+def test_placements_grid_covers_every_placement_and_reports_as_study_a(tmp_path):
+  spec = str(pathlib.Path(__file__).resolve().parent.parent / "experiments/placements.py")
+  trials = grid.expand(spec, experiment("placements"), [], tmp_path)
+  assert sorted((t.config.model.placement, t.config.seed) for t in trials) == sorted(
+      (p, s) for p in PLACEMENTS for s in range(3))
+  stress = experiment("stability", "cpu")
+  assert all(t.config.optim.lr == stress.optim.lr and t.config.model.n_layer == stress.model.n_layer
+             for t in trials)
+  assert report_runs.study_of("experiments/placements.py") == "stability"
