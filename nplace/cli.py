@@ -20,6 +20,7 @@ COMMANDS = {  # name -> module whose main(argv) runs it
     "prepare": "nplace.data.command",
     "train": "nplace.train",
     "probe": "nplace.probes.command",
+    "lab": "nplace.lab",
     "convert": "nplace.convert",
     "report": "nplace.report.command",
     "plot": "nplace.compare",

@@ -13,7 +13,8 @@ from nplace import events
 from nplace.config import EXPERIMENTS, experiment
 from nplace.sweep import FINISHED  # statuses whose summary is final
 
-STUDIES = {"stability": "stability", "collapse": "collapse", "growth": "growth"}  # grid file stem -> study
+STUDIES = {"stability": "stability", "placements": "stability", "collapse": "collapse",
+           "growth": "growth"}  # grid file stem -> study
 LR_SCAN = "lr_scan"  # a stability grid whose ARG names this is the learning-rate scan
 
 

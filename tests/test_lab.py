@@ -1,0 +1,222 @@
+"""`nplace lab` as a user runs it (the installed command on a 2-block model: scorecard, --json,
+--rank on a sweep directory, bad input), and its new pure functions against references
+(jax.jacfwd, closed forms)."""
+import functools
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nplace import cli, grid, lab, lab_checks, lab_rank, model
+from nplace.config import PLACEMENTS, experiment
+from nplace.probes import command, taps as taps_lib
+from nplace.report import runs as report_runs
+
+NPLACE = pathlib.Path(sys.executable).parent / "nplace"
+# 2 blocks of width 32 on 8 tokens, RMSNorm at the variance-preserving init: the branch
+# outputs are far above norm_eps, so Peri-LN's invariance holds to rounding.
+SMALL = ["--depth", "2", "--width", "32", "--config.data.seq_len=8", "--config.probe.batch_size=2",
+         "--config.model.norm=rmsnorm", "--config.model.init=variance_preserving"]
+
+
+@pytest.fixture(scope="module")
+def scorecard(tmp_path_factory):
+  """(stdout, --json contents) of the installed `nplace lab pre` on the small model."""
+  tmp = tmp_path_factory.mktemp("lab")
+  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "jax"), JAX_PLATFORMS="cpu")
+  done = subprocess.run([NPLACE, "lab", "pre", *SMALL, "--json", tmp / "lab.json"], env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stdout + done.stderr
+  return done.stdout, json.loads((tmp / "lab.json").read_text())
+
+
+def small_config(placement):
+  c = lab.lab_config(experiment("placements"), 2, 32, [("placement", placement), ("norm", "rmsnorm"),
+                                                        ("init", "variance_preserving")])
+  c.data.seq_len, c.probe.batch_size = 8, 2
+  return c
+
+
+def test_scorecard_lists_the_placement_then_the_baselines(scorecard):
+  stdout, got = scorecard
+  assert list(got["cards"]) == ["pre", "post", "peri"]
+  assert stdout.splitlines()[0].split() == ["pre", "post", "peri"]
+  for name, card in got["cards"].items():
+    assert f"{name}: {card['prediction']}" in stdout
+    assert card["prediction"].startswith("stable" if card["score"] < lab_checks.STABLE_BELOW else "unstable")
+  assert f"rule: {got['rule']}" in stdout and got["rule"] == lab_checks.RULE
+
+
+def test_json_holds_every_probe_and_the_checks_drawn_from_them(scorecard):
+  _, got = scorecard
+  assert (got["depth"], got["width"]) == (2, 32)
+  for name, card in got["cards"].items():
+    probes, c = card["probes"], card["checks"]
+    assert card["placement"] == name
+    assert {"grad_h", "rms", "similarity", "jacobian_frobenius", "local_sensitivity"} <= set(probes)
+    assert c["rms_top"] == probes["rms"][-1] and c["top_similarity"] == probes["similarity"][-1]
+    assert c["grad_ratio"] == pytest.approx(probes["grad_h"][0] / probes["grad_h"][-1])
+    assert c["jacobian_0L"] == probes["jacobian_frobenius"][0]
+    roles = {k.removesuffix("_backward") for k in probes if k.endswith("_backward") and len(probes[k]) == 4}
+    assert set(c["backward_products"]) == roles
+    for role in roles:
+      assert c["backward_products"][role] == pytest.approx(np.prod(probes[f"{role}_backward"]))
+    assert card["score"] == pytest.approx(sum(card["terms"].values()))
+  assert set(got["cards"]["peri"]["checks"]["backward_products"]) == {"norm_in", "norm_out"}
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def exact_block_jacobians(cfg, tokens_BT, seed):
+  """|J_l - I|_F / sqrt(T d) per block from the full jax.jacfwd Jacobian at the block's input
+  in the forward pass (per sequence, averaged in square), outputs as initialised and x SCALE."""
+  params = model.init(cfg, jax.random.key(seed))
+  _, inter = taps_lib.forward(cfg, params, tokens_BT, taps_lib.zero_taps(cfg, tokens_BT))
+  h_in_LBTD = jnp.concatenate([taps_lib.sown(inter["h0"])[None], taps_lib.hidden_LBTD(inter)[:-1]])
+  block = model.Block(cfg)
+
+  def sq_norm(p_l, h_TD):
+    J = jax.jacfwd(lambda x: block.apply({"params": p_l}, x[None], None)[0][0])(h_TD)
+    return jnp.sum(jnp.square(J.reshape(h_TD.size, -1) - jnp.eye(h_TD.size))) / h_TD.size
+
+  def per_block(p):
+    sq_LB = jax.vmap(lambda p_l, h_BTD: jax.vmap(lambda h: sq_norm(p_l, h))(h_BTD))(p["blocks"], h_in_LBTD)
+    return jnp.sqrt(jnp.mean(sq_LB, -1))
+  return jnp.stack([per_block(params), per_block(lab_checks.scale_outputs(params, lab_checks.SCALE))])
+
+
+def test_scale_check_matches_jacfwd(scorecard):
+  """The lab's |J_l - I| (Hutchinson) at c = 1 and c = SCALE against the exact block
+  Jacobians at the same inputs: Peri-LN exactly invariant, Pre-LN's branch ~ c."""
+  _, got = scorecard
+  for name in ("peri", "pre"):
+    config = small_config(name)
+    tokens_BT = command.probe_batch(config, held_out=False)[:, :-1]
+    exact = np.asarray(exact_block_jacobians(model.freeze(config.model), tokens_BT, config.seed))
+    card = got["cards"][name]
+    np.testing.assert_allclose(card["block_jacobian"], exact, rtol=0.2)  # 2 Hutchinson probes x 2 sequences
+    if name == "peri":
+      assert card["checks"]["scale_ratio"] == pytest.approx(1.0, abs=1e-4)
+      np.testing.assert_allclose(exact[1], exact[0], rtol=1e-4)
+    else:
+      assert card["checks"]["scale_ratio"] == pytest.approx(lab_checks.scale_ratio(*exact), rel=0.1)
+      assert card["checks"]["scale_ratio"] > 5
+
+
+def test_rank_joins_scores_with_measured_outcomes(scorecard, probe_run, tmp_path, monkeypatch, capsys):
+  """`nplace lab --rank` on a sweep of real summary.json files (probe_run's, with the outcomes
+  set per trial): the measured ranking is failure rate then val loss, and rho is the ranks'
+  correlation. The lab models it asks for are the scorecard's (same flags), so their cards are
+  the ones `nplace lab pre` measured (saves three compiles)."""
+  measured = scorecard[1]["cards"]
+
+  def measure_all(configs):
+    assert all((c.model.n_layer, c.model.d_model, c.model.norm) == (2, 32, "rmsnorm") for c in configs.values())
+    return {m: measured[c.model.placement] for m, c in configs.items()}
+  monkeypatch.setattr(lab, "measure_all", measure_all)
+  real = json.loads((probe_run / "summary.json").read_text()) | {"max_loss_rebound": 0.0}
+  freq = real["frequency_loss"]
+  outcomes = {"post": [{"status": "diverged"}, {"val_loss": freq}],  # failure rate 1
+              "pre": [{"val_loss": freq - 1.0}, {"val_loss": freq}],  # 0.5
+              "peri": [{"val_loss": freq - 1.5}, {"val_loss": freq - 1.0}]}  # 0
+  trials = []
+  for placement, changes in outcomes.items():
+    for seed, change in enumerate(changes):
+      name = f"placement={placement},seed={seed}"
+      (tmp_path / name).mkdir()
+      summary = real | change
+      (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+      trials.append({"name": name, "overrides": {"model.placement": placement, "seed": seed},
+                     "workdir": name, "command": "nplace train ...", "status": summary["status"],
+                     "error": None, "summary": summary})
+  trials.append({"name": "pending", "overrides": {"model.placement": "post", "seed": 9}, "workdir": "pending",
+                 "command": "nplace train ...", "status": "pending", "error": None, "summary": None})
+  (tmp_path / "sweep.json").write_text(json.dumps({"config": "experiments/placements.py", "overrides": [],
+                                                   "trials": trials}))
+  assert cli.main(["lab", "--rank", str(tmp_path), *SMALL, "--json", str(tmp_path / "rank.json")]) == 0
+  stdout = capsys.readouterr().out
+  got = json.loads((tmp_path / "rank.json").read_text())
+  rows = {r["configuration"]: r for r in got["rows"]}
+  assert {k: (r["failure_rate"], r["runs"]) for k, r in rows.items()} == {
+      "placement=post": (1.0, 2), "placement=pre": (0.5, 2), "placement=peri": (0.0, 2)}
+  assert rows["placement=peri"]["val_loss"] == pytest.approx(freq - 1.25)
+  assert rows["placement=post"]["val_loss"] == pytest.approx(freq)  # the diverged run left out
+  scores = {name: card["score"] for name, card in measured.items()}
+  assert {k.split("=")[1]: r["score"] for k, r in rows.items()} == pytest.approx(scores)
+  order = sorted(scores, key=scores.get)  # lab ranks of peri, pre, post vs measured 1, 2, 3
+  d = np.array([order.index(p) for p in ("peri", "pre", "post")]) - np.arange(3)
+  assert got["spearman"] == pytest.approx(1 - 6 * np.sum(d ** 2) / (3 * 8))
+  assert "| configuration | lab score | lab rank |" in stdout and "Spearman's rho" in stdout
+
+
+def test_spearman_against_closed_form_and_ties():
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=20), rng.normal(size=20)
+  d = lab_rank.average_ranks(list(x)) - lab_rank.average_ranks(list(y))
+  assert lab_rank.spearman(x, y) == pytest.approx(1 - 6 * np.sum(d ** 2) / (20 * (20 ** 2 - 1)))
+  np.testing.assert_array_equal(lab_rank.average_ranks([3, 1, 3, 2]), [3.5, 1, 3.5, 2])
+  assert lab_rank.spearman([1, 2, 2, 3], [(0, 1.0), (0.5, 2.0), (0.5, 2.0), (1, 0.0)]) == pytest.approx(1.0)
+  assert math.isnan(lab_rank.spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_growth_fits_recover_slope_and_rate():
+  layers = np.arange(1, 13)
+  linear = lab_checks.growth(2.0 + 0.5 * layers)
+  assert (linear["slope"], linear["r2_linear"], linear["better"]) == (pytest.approx(0.5), pytest.approx(1.0), "linear")
+  exponential = lab_checks.growth(0.1 * np.exp(0.3 * layers))
+  assert (exponential["rate"], exponential["better"]) == (pytest.approx(0.3), "exponential")
+
+
+def test_scale_outputs_scales_only_the_output_projections(make_config):
+  shapes = model.abstract_params(make_config().model)
+  params = jax.tree.map(lambda s: np.random.default_rng(0).normal(size=s.shape), shapes)
+  scaled = lab_checks.scale_outputs(params, 3.0)
+  flat, flat_scaled = jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(scaled)
+  hits = 0
+  for (path, leaf), got in zip(flat, flat_scaled):
+    names = [k.key for k in path]
+    hit = names[1:3] in (["attn", "o"], ["mlp", "fc_out"])
+    hits += hit
+    np.testing.assert_array_equal(got, 3.0 * leaf if hit else leaf)
+  assert hits == 4  # kernel and bias of each
+
+
+def test_score_terms_and_verdict():
+  balanced = {"grad_ratio": 1.0, "jacobian_0L": 1.0, "rms_top": 2.0, "rms_h0": 2.0,
+              "scale_ratio": 1.0, "top_similarity": 0.0}
+  assert lab_checks.score(balanced) == 0 and lab_checks.prediction(balanced).startswith("stable")
+  off = balanced | {"grad_ratio": 1e-3, "top_similarity": 0.99}
+  assert lab_checks.terms(off)["gradients"] == pytest.approx(3) and lab_checks.terms(off)["clones"] == pytest.approx(2)
+  assert lab_checks.prediction(off).startswith("unstable (score 5.00; largest term: gradients")
+  assert lab_checks.score(balanced | {"jacobian_0L": float("nan")}) == math.inf
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["nosuch"], f"placement 'nosuch': expected one of {', '.join(PLACEMENTS)}"),
+    ([], "name a PLACEMENT or --rank SWEEP_DIR"),
+    (["peri", "--width", "30"], "model.d_model=30"),
+    (["peri", "--rank", "."], "--rank takes no PLACEMENT"),
+    (["--rank", "/nonexistent"], "/nonexistent: no sweep.json"),
+])
+def test_bad_input_is_one_line_before_any_compile(capsys, monkeypatch, argv, needle):
+  monkeypatch.setattr(lab, "measure_all", lambda configs: pytest.fail("measured despite bad input"))
+  assert cli.main(["lab", *argv]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and needle in err, err
+
+
+def test_placements_grid_covers_every_placement_and_reports_as_study_a(tmp_path):
+  spec = str(pathlib.Path(__file__).resolve().parent.parent / "experiments/placements.py")
+  trials = grid.expand(spec, experiment("placements"), [], tmp_path)
+  assert sorted((t.config.model.placement, t.config.seed) for t in trials) == sorted(
+      (p, s) for p in PLACEMENTS for s in range(3))
+  stress = experiment("stability", "cpu")
+  assert all(t.config.optim.lr == stress.optim.lr and t.config.model.n_layer == stress.model.n_layer
+             for t in trials)
+  assert report_runs.study_of("experiments/placements.py") == "stability"
