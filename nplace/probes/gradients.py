@@ -45,17 +45,18 @@ def param_grads(g_params):
           for name, (branch, module) in MATRICES.items() if module in blocks[branch]}
 
 
-def _site_factors(norm_params, inter, ct):
-  """(s or None, measured) at one norm site, one value per leading axis of its gain (the
-  layers, or none at top level). s = mean_tokens rms(g)/r needs the sown r: DyT has none."""
+def _site_factors(norm_params, inter, ct) -> dict:
+  """{"backward": measured, "scale": s} at one norm site, one value per leading axis of its
+  gain (the layers, or none at top level). s = mean_tokens rms(g)/r needs the sown r: DyT has
+  none, so its sites give `backward` only."""
   lead = norm_params["scale"].shape[:-1]
   flat = lambda x: x.astype(jnp.float32).reshape(*lead, -1)
   dz, dy = flat(ct["z"]), flat(ct["y"])
-  measured = jnp.sqrt(jnp.sum(dz * dz, -1) / jnp.sum(dy * dy, -1))
-  if "r" not in inter:
-    return None, measured
-  g = norm_params["scale"]
-  return jnp.sqrt(jnp.mean(jnp.square(g), -1)) * jnp.mean(1.0 / flat(taps_lib.sown(inter["r"])), -1), measured
+  out = {"backward": jnp.sqrt(jnp.sum(dz * dz, -1) / jnp.sum(dy * dy, -1))}
+  if "r" in inter:
+    rms_g = jnp.sqrt(jnp.mean(jnp.square(norm_params["scale"]), -1))
+    out["scale"] = rms_g * jnp.mean(1.0 / flat(taps_lib.sown(inter["r"])), -1)
+  return out
 
 
 def _sites(taps, path=()):
@@ -65,22 +66,12 @@ def _sites(taps, path=()):
   return [site for k, v in taps.items() if isinstance(v, dict) for site in _sites(v, path + (k,))]
 
 
-def _at(tree, path):
-  for key in path:
-    tree = tree.get(key, {})  # a DyT site sows nothing
-  return tree
-
-
 def _factors(params, intermediates, g_taps, path):
-  return _site_factors(_at(params, path), _at(intermediates, path), _at(g_taps, path))
-
-
-def _put(out, name, pair):
-  """`<name>_scale` (when the norm has one) and `<name>_backward`."""
-  s, measured = pair
-  if s is not None:
-    out[f"{name}_scale"] = s
-  out[f"{name}_backward"] = measured
+  def at(tree):
+    for key in path:
+      tree = tree.get(key, {})  # a DyT site sows no intermediates
+    return tree
+  return _site_factors(at(params), at(intermediates), at(g_taps))
 
 
 def norm_factors(params, intermediates, g_taps):
@@ -98,13 +89,12 @@ def norm_factors(params, intermediates, g_taps):
   roles = sorted({s.removeprefix("attn_") for s in sites if s.startswith("attn_")} &
                  {s.removeprefix("mlp_") for s in sites if s.startswith("mlp_")})
   for role in roles:
-    pairs = [_factors(params, intermediates, g_taps, sites.pop(f"{b}_{role}")) for b in BRANCHES]
+    attn, mlp = (_factors(params, intermediates, g_taps, sites.pop(f"{b}_{role}")) for b in BRANCHES)
     # [L, 2] -> 2L: attn_1, mlp_1, attn_2, ...
-    _put(out, role, [None if pairs[0][i] is None else jnp.stack([p[i] for p in pairs], -1).reshape(-1)
-                     for i in (0, 1)])
+    out |= {f"{role}_{what}": jnp.stack([attn[what], mlp[what]], -1).reshape(-1) for what in attn}
   for name, path in sites.items():
-    _put(out, name, _factors(params, intermediates, g_taps, path))
+    out |= {f"{name}_{what}": v for what, v in _factors(params, intermediates, g_taps, path).items()}
   for site in ("embed_norm", "final_norm"):
     if site in g_taps:
-      _put(out, site, [None if x is None else x[None] for x in _factors(params, intermediates, g_taps, (site,))])
+      out |= {f"{site}_{what}": v[None] for what, v in _factors(params, intermediates, g_taps, (site,)).items()}
   return out
