@@ -30,11 +30,9 @@ def block_out(cfg, p_layer, h, l=1):
   return model.Block(model.freeze(cfg)).apply({"params": p_layer}, h, jnp.asarray(l))[0]
 
 
-NEW = [  # each new placement once, norms and MLPs spread over them; the options on several
-    ("reorder", "rmsnorm", "swiglu", False), ("deepnorm", "layernorm", "gelu", False),
-    ("lns", "rmsnorm", "gelu", False), ("rezero", "layernorm", "swiglu", False),
-    ("hybrid", "rmsnorm", "gelu", False), ("hybrid", "dyt", "swiglu", True), ("pre", "dyt", "gelu", False),
-    ("peri", "dyt", "swiglu", True), ("reorder", "layernorm", "gelu", True), ("post", "rmsnorm", "gelu", True)]
+NEW = [  # the placements the decoder test leaves out, and the options (layer by layer: decoder test)
+    ("reorder", "rmsnorm", "swiglu", False), ("hybrid", "rmsnorm", "gelu", False),
+    ("peri", "dyt", "swiglu", True), ("post", "rmsnorm", "gelu", True)]
 
 
 @pytest.mark.parametrize("placement,norm,mlp,dt,qk_norm", [
@@ -45,7 +43,7 @@ def test_block_equals_formula(make_config, placement, norm, mlp, dt, qk_norm):
   cfg = make_config(placement=placement, norm=norm, mlp=mlp, dt=dt, qk_norm=qk_norm).model
   params = random_params(cfg, jax.random.key(0))
   h = jax.random.normal(jax.random.key(1), (2, 7, cfg.d_model))
-  l = cfg.n_layer  # the last layer: lns scales by 1/sqrt(2)
+  l = cfg.n_layer  # not layer 1: a layer-dependent rule would show
   got = block_out(cfg, layer(params, l - 1), h, l)
   want = reference.block(layer(params, l - 1), h, cfg, dt=None if dt == 1.0 else dt, l=l)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
