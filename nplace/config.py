@@ -14,8 +14,9 @@ from ml_collections import config_dict
 # (through the link nplace/experiments), so an installed package finds them without the tree.
 EXPERIMENTS = pathlib.Path(importlib.util.find_spec("nplace.experiments").submodule_search_locations[0])
 
-PLACEMENTS = ("post", "pre", "peri")
-NORMS = ("layernorm", "rmsnorm")
+# The names of nplace/placements.py's declarations (listed here so validation imports no jax).
+PLACEMENTS = ("post", "pre", "peri", "reorder", "deepnorm", "mix", "lns", "rezero", "hybrid")
+NORMS = ("layernorm", "rmsnorm", "dyt")
 ATTENTIONS = ("softmax", "centered")
 MLPS = ("gelu", "swiglu")
 INITS = ("gpt2", "normal", "variance_preserving")
@@ -39,8 +40,10 @@ def model_config() -> ml_collections.ConfigDict:
   m.n_head = 12  # attention heads; d_model must divide by it
   m.d_model = 768  # width of the residual stream
   m.d_ff = config_dict.placeholder(int)  # MLP hidden width; None = 4 * d_model
-  m.placement = "pre"  # where the norm goes: post | pre | peri
-  m.norm = "layernorm"  # layernorm (with bias, as GPT-2) | rmsnorm (gain only)
+  m.placement = "pre"  # where the norm goes: post | pre | peri | reorder | deepnorm | mix | lns | rezero | hybrid
+  m.mix_post_fraction = 0.25  # mix: the first floor(f * n_layer) layers are Post-LN, the rest Pre-LN
+  m.qk_norm = False  # a per-head norm on the attention queries and keys (any placement)
+  m.norm = "layernorm"  # layernorm (with bias, as GPT-2) | rmsnorm (gain only) | dyt (gamma tanh(alpha x) + beta)
   m.norm_eps = 1e-5  # epsilon inside the norm's square root
   m.embed_norm = False  # a norm on the embedding output (Peri-LN paper's option)
   m.dt = 1.0  # residual step: h + dt * branch
@@ -216,6 +219,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError("model.d_model", m.d_model, f"must be divisible by model.n_head={m.n_head}")
   _one_of("model.placement", m.placement, PLACEMENTS)
   _one_of("model.norm", m.norm, NORMS)
+  if not 0 <= m.mix_post_fraction <= 1:
+    raise ConfigError("model.mix_post_fraction", m.mix_post_fraction, "must be in [0, 1]")
   _one_of("model.attention", m.attention, ATTENTIONS)
   _one_of("model.mlp", m.mlp, MLPS)
   _one_of("model.init", m.init, INITS)

@@ -20,7 +20,8 @@ HEADS = ("batch", "length", "act_heads", "act_kv")
 
 
 def weight_std(cfg, fan_in: int, output: bool = False) -> float:
-  """The init scheme as data: gpt2 | normal | variance_preserving (nplace.theory reads it too)."""
+  """The init scheme as data: gpt2 | normal | variance_preserving (nplace.theory reads it too).
+  `output`: an output projection, which gpt2 scales by 1/sqrt(2L)."""
   if cfg.init == "variance_preserving":
     return fan_in ** -0.5
   if output and cfg.init == "gpt2":
@@ -28,8 +29,8 @@ def weight_std(cfg, fan_in: int, output: bool = False) -> float:
   return cfg.init_std
 
 
-def weight_init(cfg, fan_in: int, output: bool = False):
-  return nn.initializers.normal(weight_std(cfg, fan_in, output))
+def weight_init(cfg, fan_in: int, output: bool = False, gain: float = 1.0):
+  return nn.initializers.normal(gain * weight_std(cfg, fan_in, output))
 
 
 def embed_std(cfg) -> float:
@@ -44,32 +45,42 @@ def cesaro(T: int, dtype=jnp.float32) -> jax.Array:
 
 
 class Norm(nn.Module):
-  """LayerNorm (centred, with bias) or RMSNorm (gain only), computed in float32.
+  """LayerNorm (centred, with bias), RMSNorm (gain only) or DyT (gamma tanh(alpha z) + beta,
+  a scalar alpha, no statistics) over the last axis, computed in float32.
 
   Written out rather than taken from flax so the probes can tap its input `z`,
-  its output `y` and its per-token scale `r` (the norm's backward factor is g/r).
+  its output `y` and its per-token scale `r` (the norm's backward factor is g/r; DyT has no r).
   """
   cfg: object
 
   @nn.compact
   def __call__(self, z_BTD):
-    cfg = self.cfg
+    cfg, D = self.cfg, z_BTD.shape[-1]
     z_BTD = self.perturb("z", z_BTD)
     z = z_BTD.astype(jnp.float32)
-    if cfg.norm == "layernorm":
-      z = z - z.mean(-1, keepdims=True)
-    r_BT1 = jnp.sqrt(jnp.mean(z * z, -1, keepdims=True) + cfg.norm_eps)
-    self.sow("intermediates", "r", r_BT1[..., 0])
-    gain = nn.with_logical_partitioning(nn.initializers.ones_init(), ("norm",))
-    y = z / r_BT1 * self.param("scale", gain, (cfg.d_model,))
-    if cfg.norm == "layernorm":
-      y = y + self.param("bias", nn.with_logical_partitioning(_ZEROS, ("norm",)), (cfg.d_model,))
+    if cfg.norm == "dyt":
+      alpha = self.param("alpha", nn.with_logical_partitioning(nn.initializers.constant(0.5), ()), ())
+      z = jnp.tanh(alpha * z)
+    else:
+      if cfg.norm == "layernorm":
+        z = z - z.mean(-1, keepdims=True)
+      r_BT1 = jnp.sqrt(jnp.mean(z * z, -1, keepdims=True) + cfg.norm_eps)
+      self.sow("intermediates", "r", r_BT1[..., 0])
+      z = z / r_BT1
+    y = z * self.param("scale", nn.with_logical_partitioning(nn.initializers.ones_init(), ("norm",)), (D,))
+    if cfg.norm != "rmsnorm":
+      y = y + self.param("bias", nn.with_logical_partitioning(_ZEROS, ("norm",)), (D,))
     return self.perturb("y", y.astype(cfg.dtype))
 
 
 class Attention(nn.Module):
-  """Multi-head causal self-attention; `centered` subtracts the prefix average."""
+  """Multi-head causal self-attention; `centered` subtracts the prefix average. `qkv_norms`:
+  per-head norms on those projections; `gain` multiplies the init of v and o; `depth_scaled`:
+  o takes gpt2's 1/sqrt(2L)."""
   cfg: object
+  qkv_norms: tuple[str, ...] = ()
+  gain: float = 1.0
+  depth_scaled: bool = True
 
   @nn.compact
   def __call__(self, x_BTD):
@@ -77,12 +88,17 @@ class Attention(nn.Module):
     H, K, D = cfg.n_head, cfg.d_model // cfg.n_head, cfg.d_model
 
     def project_in(name):
+      gain = self.gain if name == "v" else 1.0
       return nn.DenseGeneral(
           (H, K), use_bias=cfg.use_bias, dtype=cfg.dtype, name=name,
-          kernel_init=nn.with_logical_partitioning(weight_init(cfg, D), ("embed", "heads", "kv")),
+          kernel_init=nn.with_logical_partitioning(weight_init(cfg, D, gain=gain), ("embed", "heads", "kv")),
           bias_init=nn.with_logical_partitioning(_ZEROS, ("heads", "kv")))
 
-    q_BTHK, k_BSHK, v_BSHK = (constrain(project_in(n)(x_BTD), HEADS) for n in ("q", "k", "v"))
+    def project_and_norm(name):
+      x_BTHK = constrain(project_in(name)(x_BTD), HEADS)
+      return Norm(cfg, name=f"{name}_norm")(x_BTHK) if name in self.qkv_norms else x_BTHK
+
+    q_BTHK, k_BSHK, v_BSHK = (project_and_norm(n) for n in ("q", "k", "v"))
     T = x_BTD.shape[1]
     logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK) / math.sqrt(K)
     causal_TS = jnp.tril(jnp.ones((T, T), bool))
@@ -94,15 +110,18 @@ class Attention(nn.Module):
     out_BTHK = constrain(jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(cfg.dtype), v_BSHK), HEADS)
     out_BTD = nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.dtype, name="o",
-        kernel_init=nn.with_logical_partitioning(weight_init(cfg, D, output=True),
+        kernel_init=nn.with_logical_partitioning(weight_init(cfg, D, self.depth_scaled, self.gain),
                                                  ("heads", "kv", "embed")),
         bias_init=nn.with_logical_partitioning(_ZEROS, ("embed",)))(out_BTHK)
     return constrain(out_BTD, RESIDUAL)
 
 
 class Mlp(nn.Module):
-  """GELU (tanh approximation, as GPT-2) or SwiGLU feed-forward."""
+  """GELU (tanh approximation, as GPT-2) or SwiGLU feed-forward; `gain` multiplies the init of
+  every matrix; `depth_scaled`: fc_out takes gpt2's 1/sqrt(2L)."""
   cfg: object
+  gain: float = 1.0
+  depth_scaled: bool = True
 
   @nn.compact
   def __call__(self, x_BTD):
@@ -112,7 +131,7 @@ class Mlp(nn.Module):
     def dense(name, width, fan_in, axes, output=False):
       return nn.Dense(
           width, use_bias=cfg.use_bias, dtype=cfg.dtype, name=name,
-          kernel_init=nn.with_logical_partitioning(weight_init(cfg, fan_in, output), axes),
+          kernel_init=nn.with_logical_partitioning(weight_init(cfg, fan_in, output, self.gain), axes),
           bias_init=nn.with_logical_partitioning(_ZEROS, axes[-1:]))
 
     hidden = ("batch", "length", "act_mlp")
@@ -122,4 +141,4 @@ class Mlp(nn.Module):
       hidden_BTF = nn.silu(gate_BTF) * up_BTF
     else:
       hidden_BTF = nn.gelu(up_BTF, approximate=True)
-    return constrain(dense("fc_out", D, F, ("mlp", "embed"), output=True)(hidden_BTF), RESIDUAL)
+    return constrain(dense("fc_out", D, F, ("mlp", "embed"), output=self.depth_scaled)(hidden_BTF), RESIDUAL)

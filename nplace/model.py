@@ -1,4 +1,5 @@
-"""The decoder: a GPT-2-style stack whose block takes the norm placement as data.
+"""The decoder: a GPT-2-style stack of the Block in nplace/placements.py, which reads the norm
+placement as data.
 
 Used functionally: `init(cfg, key)` gives a params pytree, `apply(cfg, params,
 tokens)` gives logits. `cfg` is `config.model` (frozen on the way in).
@@ -9,35 +10,14 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from nplace.layers import RESIDUAL, Attention, Mlp, Norm, constrain, embed_std
+from nplace.layers import RESIDUAL, Norm, constrain, embed_std
+from nplace.placements import PLACEMENTS, Block
 
 REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.checkpoint_dots,
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-
-
-class Block(nn.Module):
-  """One layer: attention then MLP, each wrapped by the placement's norms."""
-  cfg: object
-
-  @nn.compact
-  def __call__(self, h_BTD, _):
-    cfg, dt = self.cfg, self.cfg.dt
-    h_BTD = constrain(h_BTD, RESIDUAL)
-    for name, Branch in (("attn", Attention), ("mlp", Mlp)):
-      branch = Branch(cfg, name=name)
-      if cfg.placement == "post":    # h <- N(h + dt F(h))
-        h_BTD = Norm(cfg, name=f"{name}_norm")(h_BTD + dt * branch(h_BTD))
-      elif cfg.placement == "pre":   # h <- h + dt F(N(h))
-        h_BTD = h_BTD + dt * branch(Norm(cfg, name=f"{name}_norm")(h_BTD))
-      else:                          # peri: h <- h + dt N_out(F(N_in(h)))
-        h_BTD = h_BTD + dt * Norm(cfg, name=f"{name}_norm_out")(
-            branch(Norm(cfg, name=f"{name}_norm_in")(h_BTD)))
-    h_BTD = self.perturb("h", constrain(h_BTD, RESIDUAL))
-    self.sow("intermediates", "h", h_BTD)
-    return h_BTD, None
 
 
 def _scanned_blocks(cfg):
@@ -54,7 +34,7 @@ def _scanned_blocks(cfg):
 
 
 class Decoder(nn.Module):
-  """Token + position embedding, scanned blocks, final norm (pre/peri), tied LM head."""
+  """Token + position embedding, scanned blocks, final norm (if the placement has one), tied LM head."""
   cfg: object
 
   @nn.compact
@@ -71,8 +51,9 @@ class Decoder(nn.Module):
       h_BTD = Norm(cfg, name="embed_norm")(h_BTD)
     h_BTD = self.perturb("h0", h_BTD)
     self.sow("intermediates", "h0", h_BTD)  # the probes' layer 0 (per-block Jacobians start here)
-    h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, None)
-    if cfg.placement != "post":  # post already ends on a norm
+    # The layer index l = 1..L is a scanned input: layer-dependent rules (lns, mix) read it.
+    h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, jnp.arange(1, cfg.n_layer + 1))
+    if PLACEMENTS[cfg.placement].final_norm:
       h_BTD = Norm(cfg, name="final_norm")(h_BTD)
     return constrain(wte.attend(h_BTD).astype(jnp.float32), ("batch", "length", "act_vocab"))
 

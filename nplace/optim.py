@@ -20,7 +20,8 @@ def decay_mask(o, params):
     keys = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
     if keys[0] in ("wte", "wpe"):
       return o.decay_embeddings
-    if any(k.endswith("norm") or "norm_" in k for k in keys):
+    # Norm gains and ReZero's residual weights (`*_alpha`): decay would pull a branch to zero.
+    if any(k.endswith("norm") or "norm_" in k for k in keys) or keys[-1].endswith("_alpha"):
       return o.decay_norms
     if keys[-1] == "bias":
       return o.decay_biases

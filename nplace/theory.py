@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nplace.layers import weight_std
+from nplace.placements import PLACEMENTS
 
 _RHO_GRID = np.linspace(-1.0, 1.0, 401)
 
@@ -69,12 +70,15 @@ def mlp_kernel(rho, q: float = 1.0, mlp: str = "gelu"):
 def branch_gains(cfg) -> dict:
   """Variance gains of the branches at init for unit-variance input (ii):
   `attn` = d s_v^2 * d s_o^2 (the value-output path, before averaging); `mlp_q` = d s_in^2,
-  the MLP pre-activation variance; `mlp_out` = F s_out^2, times the hidden covariance."""
+  the MLP pre-activation variance; `mlp_out` = F s_out^2, times the hidden covariance.
+  The placement's init multipliers (DeepNet's beta, no depth scaling) apply."""
   d, F = cfg.d_model, cfg.d_ff or 4 * cfg.d_model
+  p = PLACEMENTS[cfg.placement]
+  b2, out = p.beta(cfg.n_layer) ** 2, p.depth_scaled_init
   return {
-      "attn": d * weight_std(cfg, d) ** 2 * d * weight_std(cfg, d, output=True) ** 2,
-      "mlp_q": d * weight_std(cfg, d) ** 2,
-      "mlp_out": F * weight_std(cfg, F, output=True) ** 2,
+      "attn": b2 * d * weight_std(cfg, d) ** 2 * b2 * d * weight_std(cfg, d, output=out) ** 2,
+      "mlp_q": b2 * d * weight_std(cfg, d) ** 2,
+      "mlp_out": b2 * F * weight_std(cfg, F, output=out) ** 2,
   }
 
 

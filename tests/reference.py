@@ -6,14 +6,18 @@ import jax.numpy as jnp
 
 
 def norm(p, z, kind, eps):
+  if kind == "dyt":
+    return p["scale"] * jnp.tanh(p["alpha"] * z) + p["bias"]
   if kind == "layernorm":
     z = z - z.mean(-1, keepdims=True)
   y = z / jnp.sqrt((z ** 2).mean(-1, keepdims=True) + eps) * p["scale"]
   return y + p["bias"] if kind == "layernorm" else y
 
 
-def attention(p, x, n_head, centered=False):
+def attention(p, x, n_head, centered=False, normed=(), N=None):
+  """`normed`: the projections (of q, k, v) that N(p, x) normalises per head."""
   q, k, v = (jnp.einsum("btd,dhk->bthk", x, p[n]["kernel"]) + p[n]["bias"] for n in "qkv")
+  q, k, v = (N(p[f"{n}_norm"], x) if n in normed else x for n, x in zip("qkv", (q, k, v)))
   T, K = x.shape[1], q.shape[-1]
   scores = jnp.einsum("bthk,bshk->bhts", q, k) / math.sqrt(K)
   causal = jnp.tril(jnp.ones((T, T), bool))
@@ -39,19 +43,37 @@ def mlp(p, x, kind):
   return hidden @ p["fc_out"]["kernel"] + p["fc_out"]["bias"]
 
 
-def block(p, h, m, dt=None):
-  """One layer; dt=None writes the formula with no residual step at all."""
-  scale = (lambda x: x) if dt is None else (lambda x: dt * x)
-  branches = {"attn": lambda x: attention(p["attn"], x, m.n_head, m.attention == "centered"),
+def block(p, h, m, dt=None, l=1):
+  """Layer l (1..L); dt=None writes the formula with no residual step at all."""
+  s = (lambda x: x) if dt is None else (lambda x: dt * x)
+  L, kind = m.n_layer, m.placement
+  if kind == "mix":  # Mix-LN: the first floor(f L) layers Post-LN, the rest Pre-LN
+    kind = "post" if l <= math.floor(m.mix_post_fraction * L) else "pre"
+  N = lambda q, x: norm(q, x, m.norm, m.norm_eps)
+  qkv = ("q", "k", "v") if kind == "hybrid" else ("q", "k") if m.qk_norm else ()
+  branches = {"attn": lambda x: attention(p["attn"], x, m.n_head, m.attention == "centered", qkv, N),
               "mlp": lambda x: mlp(p["mlp"], x, m.mlp)}
-  N = lambda name, x: norm(p[name], x, m.norm, m.norm_eps)
   for name, F in branches.items():
-    if m.placement == "post":
-      h = N(f"{name}_norm", h + scale(F(h)))
-    elif m.placement == "pre":
-      h = h + scale(F(N(f"{name}_norm", h)))
-    else:
-      h = h + scale(N(f"{name}_norm_out", F(N(f"{name}_norm_in", h))))
+    n = lambda x, site="": N(p[f"{name}_norm{site}"], x)
+    if kind == "post":
+      h = n(h + s(F(h)))
+    elif kind == "pre":
+      h = h + s(F(n(h)))
+    elif kind == "peri":
+      h = h + s(n(F(n(h, "_in")), "_out"))
+    elif kind == "reorder":
+      h = h + s(n(F(h)))
+    elif kind == "deepnorm":
+      h = n((2 * L) ** 0.25 * h + s(F(h)))
+    elif kind == "lns":
+      h = h + s(F(n(h) / math.sqrt(l)))
+    elif kind == "rezero":
+      h = h + s(p[f"{name}_alpha"] * F(h))
+    elif name == "attn":  # hybrid: no norm around attention (q, k, v are normed inside)
+      h = h + s(F(h))
+    else:  # hybrid's MLP: the stream is normed, residual included
+      h = n(h)
+      h = h + s(F(h))
   return h
 
 
@@ -61,7 +83,7 @@ def decoder(params, tokens, m):
   if m.embed_norm:
     h = norm(params["embed_norm"], h, m.norm, m.norm_eps)
   for l in range(m.n_layer):
-    h = block(jax.tree.map(lambda x: x[l], params["blocks"]), h, m, m.dt)
-  if m.placement != "post":
+    h = block(jax.tree.map(lambda x: x[l], params["blocks"]), h, m, m.dt, l + 1)
+  if m.placement not in ("post", "deepnorm", "rezero"):  # these end on a norm, or have none
     h = norm(params["final_norm"], h, m.norm, m.norm_eps)
   return h @ params["wte"]["embedding"].T

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from nplace import cli
+from nplace.config import PLACEMENTS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GPT2 = str(ROOT / "experiments/gpt2.py")
@@ -21,6 +22,8 @@ def run_main(capsys, *argv):
 @pytest.mark.parametrize("override,key", [
     ("--config.model.placement=bogus", "model.placement"),
     ("--config.model.norm=batchnorm", "model.norm"),
+    ("--config.model.mix_post_fraction=1.5", "model.mix_post_fraction"),
+    ("--config.model.qk_norm=maybe", "model.qk_norm"),
     ("--config.model.attention=linear", "model.attention"),
     ("--config.model.init=xavier", "model.init"),
     ("--config.model.mlp=relu", "model.mlp"),
@@ -46,7 +49,15 @@ def test_config_errors_are_one_line(capsys, override, key):
 
 def test_placement_error_lists_valid_choices(capsys):
   _, _, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", "--config.model.placement=bogus")
-  assert "placement" in err and all(p in err for p in ("post", "pre", "peri"))
+  assert "placement" in err and all(p in err for p in PLACEMENTS)
+
+
+def test_info_lists_placements_and_options(capsys):
+  code, out, _ = run_main(capsys, "info", "--config", f"{GPT2}:124m", "--placements")
+  lines = out.splitlines()
+  assert code == 0 and len(lines) == 1 + len(PLACEMENTS) + 3
+  assert lines[2].split()[:2] == ["pre", "124,439,808"] and "arXiv 2002.04745" in lines[2]
+  assert [l.split()[1] for l in lines[-3:]] == ["model.qk_norm:", "model.norm=dyt:", "model.mix_post_fraction:"]
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -2,7 +2,7 @@
 import pytest
 
 from nplace.config import experiment
-from nplace.info import model_info
+from nplace.info import model_info, placements_info
 
 GPT2_PARAMS = {"124m": 124_439_808, "350m": 354_823_168, "774m": 774_030_080, "1.5b": 1_557_611_200}
 
@@ -34,3 +34,22 @@ def test_rmsnorm_and_swiglu_change_counts():
   c = experiment("gpt2", "124m")
   c.model.mlp = "swiglu"
   assert model_info(c)["params"] == GPT2_PARAMS["124m"] + L * (d * 4 * d + 4 * d)
+
+
+def test_placement_parameter_counts():
+  """Against pre (2 LayerNorms of 2d per layer, a final one): which norms each placement
+  adds or drops, per head q/k/v norms of 2K, ReZero's 2 scalars per layer, DyT's alpha."""
+  c = experiment("gpt2", "124m")
+  c.model.n_layer = L = 4
+  d, K = 768, 64
+  rows = {r["name"]: r["params"] for r in placements_info(c)["placements"]}
+  pre = rows["pre"]
+  assert rows["reorder"] == rows["mix"] == rows["lns"] == pre
+  assert rows["post"] == rows["deepnorm"] == pre - 2 * d
+  assert rows["peri"] == pre + 4 * d * L
+  assert rows["rezero"] == pre - 4 * d * L - 2 * d + 2 * L
+  assert rows["hybrid"] == pre - 2 * d * L + 3 * 2 * K * L
+  c.model.update(qk_norm=True, norm="dyt")
+  dyt_qk = {r["name"]: r["params"] for r in placements_info(c)["placements"]}
+  assert dyt_qk["pre"] == pre + 2 * L + 1 + 2 * (2 * K + 1) * L  # alphas, then q/k norms
+  assert dyt_qk["hybrid"] == rows["hybrid"] + 4 * L + 1  # q/k norms there already

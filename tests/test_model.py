@@ -1,4 +1,5 @@
 """The decoder against its formulas written out in plain jnp (tests/reference.py)."""
+import functools
 import itertools
 
 import jax
@@ -7,9 +8,10 @@ import numpy as np
 import pytest
 
 from nplace import model
+from nplace.config import PLACEMENTS
 import reference
 
-PLACEMENTS = ("post", "pre", "peri")
+CLASSIC = ("post", "pre", "peri")
 
 
 def random_params(cfg, key, std=0.3):
@@ -24,23 +26,30 @@ def layer(params, l):
   return jax.tree.map(lambda x: x[l], params["blocks"])
 
 
-def block_out(cfg, p_layer, h):
-  return model.Block(model.freeze(cfg)).apply({"params": p_layer}, h, None)[0]
+def block_out(cfg, p_layer, h, l=1):
+  return model.Block(model.freeze(cfg)).apply({"params": p_layer}, h, jnp.asarray(l))[0]
 
 
-@pytest.mark.parametrize("placement,norm,mlp,dt", [
-    (p, n, f, dt) for p, n, f in itertools.product(PLACEMENTS, ("layernorm", "rmsnorm"), ("gelu", "swiglu"))
-    for dt in (0.1,)] + [(p, "layernorm", "gelu", 1.0) for p in PLACEMENTS])
-def test_block_equals_formula(make_config, placement, norm, mlp, dt):
-  cfg = make_config(placement=placement, norm=norm, mlp=mlp, dt=dt).model
+NEW = [  # the placements the decoder test leaves out, and the options (layer by layer: decoder test)
+    ("reorder", "rmsnorm", "swiglu", False), ("hybrid", "rmsnorm", "gelu", False),
+    ("peri", "dyt", "swiglu", True), ("post", "rmsnorm", "gelu", True)]
+
+
+@pytest.mark.parametrize("placement,norm,mlp,dt,qk_norm", [
+    (p, n, f, dt, False) for p, n, f in itertools.product(CLASSIC, ("layernorm", "rmsnorm"), ("gelu", "swiglu"))
+    for dt in (0.1,)] + [(p, "layernorm", "gelu", 1.0, False) for p in CLASSIC] + [
+    (p, n, f, 0.1, qk) for p, n, f, qk in NEW])
+def test_block_equals_formula(make_config, placement, norm, mlp, dt, qk_norm):
+  cfg = make_config(placement=placement, norm=norm, mlp=mlp, dt=dt, qk_norm=qk_norm).model
   params = random_params(cfg, jax.random.key(0))
   h = jax.random.normal(jax.random.key(1), (2, 7, cfg.d_model))
-  got = block_out(cfg, layer(params, 0), h)
-  want = reference.block(layer(params, 0), h, cfg, dt=None if dt == 1.0 else dt)
+  l = cfg.n_layer  # not layer 1: a layer-dependent rule would show
+  got = block_out(cfg, layer(params, l - 1), h, l)
+  want = reference.block(layer(params, l - 1), h, cfg, dt=None if dt == 1.0 else dt, l=l)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("placement", CLASSIC)
 def test_centered_attention_block_equals_formula(make_config, placement):
   cfg = make_config(placement=placement, attention="centered").model
   params = random_params(cfg, jax.random.key(2))
@@ -60,7 +69,7 @@ def test_decoder_equals_formula(make_config, placement, embed_norm, remat):
                              rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("placement", CLASSIC)
 def test_causal(make_config, placement):
   cfg = make_config(placement=placement).model
   params = random_params(cfg, jax.random.key(6))
@@ -131,3 +140,37 @@ def test_every_param_has_logical_axes(make_config):
                          jax.tree.leaves(shapes)):
     assert len(spec) == len(shape.shape) and all(spec), (spec, shape.shape)
   assert tuple(specs["blocks"]["attn"]["q"]["kernel"]) == ("layers", "embed", "heads", "kv")
+
+
+def test_mix_is_one_stack_switching_post_to_pre(make_config):
+  """mix keeps pre's parameter tree (probes, checkpoints, sharding unchanged); its layers
+  l <= floor(f L) compute post's block, the rest pre's, with the same weights."""
+  cfg = make_config(placement="mix", n_layer=4, mix_post_fraction=0.5).model
+  shapes = lambda c: jax.tree.map(lambda x: x.shape, model.abstract_params(c))
+  assert shapes(cfg) == shapes(make_config(placement="pre", n_layer=4).model)
+  p = layer(random_params(cfg, jax.random.key(15)), 0)
+  h = jax.random.normal(jax.random.key(16), (2, 6, cfg.d_model))
+  for l, like in ((2, "post"), (3, "pre")):  # either side of floor(0.5 * 4) = 2
+    want = block_out(make_config(placement=like, n_layer=4).model, p, h, l)
+    np.testing.assert_allclose(block_out(cfg, p, h, l), want, rtol=1e-5, atol=1e-5)
+
+
+def test_placement_inits(make_config):
+  """DeepNet's beta on v, o, MLP in/out (GPT-2's depth scaling replaced); LNS drops the
+  depth scaling; ReZero's scalars start at 0 (each block is the identity); DyT's alpha at 0.5."""
+  L, d, key = 8, 64, jax.random.key(17)
+  std = lambda p, *path: np.std(functools.reduce(lambda t, k: t[k], path, p["blocks"]))
+  deep = model.init(make_config(placement="deepnorm", n_layer=L, d_model=d).model, key)
+  beta = (8 * L) ** -0.25
+  np.testing.assert_allclose(std(deep, "attn", "q", "kernel"), 0.02, rtol=0.05)
+  for path in (("attn", "v"), ("attn", "o"), ("mlp", "fc_in"), ("mlp", "fc_out")):
+    np.testing.assert_allclose(std(deep, *path, "kernel"), 0.02 * beta, rtol=0.05)
+  lns = model.init(make_config(placement="lns", n_layer=L, d_model=d).model, key)
+  np.testing.assert_allclose(std(lns, "mlp", "fc_out", "kernel"), 0.02, rtol=0.05)
+  rezero = make_config(placement="rezero", n_layer=L, d_model=d).model
+  params = model.init(rezero, key)
+  assert "final_norm" not in params and not any("norm" in k for k in params["blocks"])
+  h = jax.random.normal(key, (2, 5, d))
+  np.testing.assert_array_equal(block_out(rezero, layer(params, 0), h), h)
+  dyt = model.init(make_config(placement="peri", norm="dyt").model, key)
+  np.testing.assert_array_equal(dyt["blocks"]["attn_norm_in"]["alpha"], 0.5)

@@ -30,6 +30,13 @@ def test_decay_mask_defaults_and_switches():
   assert all(jax.tree.leaves(optim.decay_mask(o, params)))
 
 
+def test_decay_mask_spares_rezero_scalars_and_qk_norms():
+  o = optim_config()
+  rezero = optim.decay_mask(o, model.abstract_params(tiny_config(placement="rezero", qk_norm=True).model))
+  assert not rezero["blocks"]["attn_alpha"] and not rezero["blocks"]["mlp_alpha"]
+  assert not rezero["blocks"]["attn"]["q_norm"]["scale"] and rezero["blocks"]["attn"]["q"]["kernel"]
+
+
 def test_weight_decay_touches_only_masked_params_and_clip_bounds_update():
   cfg = tiny_config().model
   params = model.init(cfg, jax.random.key(0))

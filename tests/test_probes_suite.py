@@ -108,3 +108,11 @@ def test_resumed_run_heatmap_keeps_the_history(tmp_path):
   steps, rows = resumed.history["similarity"]
   assert steps == [0, 1, 2, 3, 4] and np.allclose([r[0] for r in rows], [0.0, 0.1, 0.2, 0.3, 0.4])
   assert events.read_probe_history(tmp_path)["similarity"].steps.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_theory_curves_need_a_norm():
+  """Post-LN's Gram-recursion similarity assumes a norm: drawn for RMSNorm, not for DyT."""
+  results = {"similarity": np.zeros(3), "rms_theory": np.ones(3)}
+  assert "similarity" in summaries.theory_curves(tiny_config(placement="post", n_layer=3), results, 0)
+  dyt = summaries.theory_curves(tiny_config(placement="post", n_layer=3, norm="dyt"), results, 0)
+  assert "similarity" not in dyt and dyt["rms"][1].endswith("+ rms(b)")

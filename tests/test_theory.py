@@ -53,6 +53,18 @@ def test_branch_gains():
   np.testing.assert_allclose(gpt2["attn"], 1600 ** 2 * 0.02 ** 4 / 96)  # ~4e-3: almost no collapse
 
 
+def test_branch_gains_follow_the_placement_init():
+  """DeepNet's beta and dropped depth scaling: the gains match the initialised kernels."""
+  cfg = model.freeze(tiny_config(placement="deepnorm", n_layer=8, d_model=64).model)
+  p = model.init(cfg, jax.random.key(0))["blocks"]
+  var = lambda branch, name: np.var(p[branch][name]["kernel"])
+  d, F = 64, 256
+  gains = theory.branch_gains(cfg)
+  np.testing.assert_allclose(gains["attn"], d * var("attn", "v") * d * var("attn", "o"), rtol=0.1)
+  np.testing.assert_allclose([gains["mlp_q"], gains["mlp_out"]],
+                             [d * var("mlp", "fc_in"), F * var("mlp", "fc_out")], rtol=0.1)
+
+
 def test_post_backward_factors():
   np.testing.assert_allclose(theory.post_backward_factor(np.array([0.0, 3.0])), [1.0, 0.5])
   f = np.array([0.5, 0.8, 0.9, 0.7, 0.6, 1.0])  # L = 3: sites attn_1, mlp_1, attn_2, ...

@@ -39,6 +39,9 @@ _SOURCE = {
 _FACTORS = {"scale": "rms(g) / r", "backward": "|dL/dz| / |dL/dy|"}
 _SUBLAYER = {f"{role}_{what}": Probe("sublayer", label, log=True, center=1.0)
              for role in ("norm", "norm_in", "norm_out") for what, label in _FACTORS.items()}
+# A norm site on one branch only (hybrid's MLP norm, the per-head q/k/v norms): one per layer.
+_BLOCK |= {f"{site}_{what}": Probe("block", label, log=True, center=1.0)
+           for site in ("attn_norm", "mlp_norm", "q_norm", "k_norm", "v_norm") for what, label in _FACTORS.items()}
 _SINGLE = {"loss": Probe("single", "loss (nats)", log=False)} | {
     f"{site}_{what}": Probe("single", label, log=True, center=1.0)
     for site in ("final_norm", "embed_norm") for what, label in _FACTORS.items()}

@@ -45,34 +45,56 @@ def param_grads(g_params):
           for name, (branch, module) in MATRICES.items() if module in blocks[branch]}
 
 
-def _site_factors(norm_params, r_XBT, ct):
-  """(s, measured) at one norm site; leading axes X (layers, or none at top level) are kept."""
-  g = norm_params["scale"]
-  s = jnp.sqrt(jnp.mean(jnp.square(g), -1)) * jnp.mean(1.0 / r_XBT, axis=(-2, -1))
-  dz, dy = ct["z"].astype(jnp.float32), ct["y"].astype(jnp.float32)
-  tokens = (-3, -2, -1)
-  return s, jnp.sqrt(jnp.sum(dz * dz, tokens) / jnp.sum(dy * dy, tokens))
+def _site_factors(norm_params, inter, ct) -> dict:
+  """{"backward": measured, "scale": s} at one norm site, one value per leading axis of its
+  gain (the layers, or none at top level). s = mean_tokens rms(g)/r needs the sown r: DyT has
+  none, so its sites give `backward` only."""
+  lead = norm_params["scale"].shape[:-1]
+  flat = lambda x: x.astype(jnp.float32).reshape(*lead, -1)
+  dz, dy = flat(ct["z"]), flat(ct["y"])
+  out = {"backward": jnp.sqrt(jnp.sum(dz * dz, -1) / jnp.sum(dy * dy, -1))}
+  if "r" in inter:
+    rms_g = jnp.sqrt(jnp.mean(jnp.square(norm_params["scale"]), -1))
+    out["scale"] = rms_g * jnp.mean(1.0 / flat(taps_lib.sown(inter["r"])), -1)
+  return out
+
+
+def _sites(taps, path=()):
+  """Paths of the norm sites (the modules holding a `z`, `y` tap pair) in a taps tree."""
+  if "z" in taps:
+    return [path]
+  return [site for k, v in taps.items() if isinstance(v, dict) for site in _sites(v, path + (k,))]
+
+
+def _factors(params, intermediates, g_taps, path):
+  def at(tree):
+    for key in path:
+      tree = tree.get(key, {})  # a DyT site sows no intermediates
+    return tree
+  return _site_factors(at(params), at(intermediates), at(g_taps))
 
 
 def norm_factors(params, intermediates, g_taps):
   """Backward factor at every norm site: `<site>_scale` = mean_tokens rms(g)/r(z) and
-  `<site>_backward` = |dL/dz|_F / |dL/dy|_F (from the VJP).
+  `<site>_backward` = |dL/dz|_F / |dL/dy|_F (from the VJP). DyT has no r: only `_backward`.
 
-  In-block sites are grouped by role (`norm`, or `norm_in`/`norm_out` for peri) with
-  attention and MLP interleaved, so each array runs over the 2L sublayers in order.
-  Top-level norms (`final_norm`, `embed_norm`) give arrays of length 1.
+  Block sites on both branches are grouped by role (`norm`, or `norm_in`/`norm_out` for peri)
+  with attention and MLP interleaved, so each array runs over the 2L sublayers in order. A
+  site on one branch only (hybrid's `mlp_norm`, the per-head `q_norm`/`k_norm`/`v_norm`) is
+  named by itself, one value per layer. Top-level norms (`final_norm`, `embed_norm`) give
+  arrays of length 1.
   """
   out = {}
-  roles = sorted({site.removeprefix("attn_") for site in g_taps["blocks"] if site.startswith("attn_")})
+  sites = {path[-1]: ("blocks", *path) for path in _sites(g_taps["blocks"])}
+  roles = sorted({s.removeprefix("attn_") for s in sites if s.startswith("attn_")} &
+                 {s.removeprefix("mlp_") for s in sites if s.startswith("mlp_")})
   for role in roles:
-    pairs = [_site_factors(params["blocks"][f"{b}_{role}"],
-                           taps_lib.sown(intermediates["blocks"][f"{b}_{role}"]["r"]),
-                           g_taps["blocks"][f"{b}_{role}"]) for b in BRANCHES]
+    attn, mlp = (_factors(params, intermediates, g_taps, sites.pop(f"{b}_{role}")) for b in BRANCHES)
     # [L, 2] -> 2L: attn_1, mlp_1, attn_2, ...
-    out[f"{role}_scale"] = jnp.stack([p[0] for p in pairs], -1).reshape(-1)
-    out[f"{role}_backward"] = jnp.stack([p[1] for p in pairs], -1).reshape(-1)
+    out |= {f"{role}_{what}": jnp.stack([attn[what], mlp[what]], -1).reshape(-1) for what in attn}
+  for name, path in sites.items():
+    out |= {f"{name}_{what}": v for what, v in _factors(params, intermediates, g_taps, path).items()}
   for site in ("embed_norm", "final_norm"):
     if site in g_taps:
-      s, measured = _site_factors(params[site], taps_lib.sown(intermediates[site]["r"]), g_taps[site])
-      out[f"{site}_scale"], out[f"{site}_backward"] = s[None], measured[None]
+      out |= {f"{site}_{what}": v[None] for what, v in _factors(params, intermediates, g_taps, (site,)).items()}
   return out

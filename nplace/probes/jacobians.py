@@ -66,12 +66,13 @@ def local_sensitivity(cfg, params, intermediates, key, n_probes):
   inputs_LBTD = jnp.concatenate([h0_BTD[None], h_LBTD[:-1]])
   block = model.Block(model.freeze(cfg))
 
-  def branch_jvp(p_layer, h_BTD, v_BTD):
-    _, Jv_BTD = jax.jvp(lambda h: block.apply({"params": p_layer}, h, None)[0], (h_BTD,), (v_BTD,))
+  def branch_jvp(p_layer, l, h_BTD, v_BTD):
+    _, Jv_BTD = jax.jvp(lambda h: block.apply({"params": p_layer}, h, l)[0], (h_BTD,), (v_BTD,))
     return Jv_BTD - v_BTD
 
   v_KLBTD = jax.random.normal(key, (n_probes, *inputs_LBTD.shape), inputs_LBTD.dtype)
   per_layer = jax.vmap(branch_jvp)
-  w_KLBTD = jax.vmap(lambda v: per_layer(params["blocks"], inputs_LBTD, v))(v_KLBTD)
+  layers_L = jnp.arange(1, inputs_LBTD.shape[0] + 1)
+  w_KLBTD = jax.vmap(lambda v: per_layer(params["blocks"], layers_L, inputs_LBTD, v))(v_KLBTD)
   T, D = h0_BTD.shape[-2:]
   return jnp.sqrt(jnp.mean(_seq_sq(w_KLBTD), axis=(0, 2)) / (T * D))

@@ -18,7 +18,8 @@ def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
   rank_ratio, mean_abs, var_entry, var_data, rms, attention_tv, attention_entropy.
   Per source layer l = 0..L-1 of J_{l->L}: jacobian_frobenius, jacobian_spectral (on the
   first spectral_batch sequences; absent when power_iters = 0, as it costs O(L^2) passes).
-  Per sublayer (2L): <role>_scale, <role>_backward (role norm | norm_in | norm_out).
+  Per sublayer (2L): <role>_scale, <role>_backward (role norm | norm_in | norm_out); per
+  layer for a site on one branch (mlp_norm, q_norm, k_norm, v_norm); no _scale with DyT.
   Length 1: loss, final_norm_*/embed_norm_* factors.
   Theory: rms_theory (Peri-LN bound), grad_h_theory (Post-LN factor product).
   `cfg` is config.model, `probe_config` config.probe (both static under jit).
@@ -62,7 +63,7 @@ def _theory(cfg, params, intermediates, results) -> dict:
     h0 = taps_lib.sown(intermediates["h0"]).astype(jnp.float32)
     bound = theory.peri_rms_bound(jnp.sqrt(jnp.mean(h0 * h0)), cfg.n_layer, cfg.dt, out_norm_cap(params))
     return {"rms" + THEORY_SUFFIX: bound}
-  if cfg.placement == "post":
+  if cfg.placement == "post" and "norm_scale" in results:  # DyT has no scale factor
     product_L = theory.post_backward_product(results["norm_scale"])
     return {"grad_h" + THEORY_SUFFIX: results["grad_h"][-1] * product_L}
   return {}

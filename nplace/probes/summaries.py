@@ -28,12 +28,13 @@ def theory_curves(config, results, step: int) -> dict:
   """Probe name -> (theory array, legend label saying what it assumes): the suite's
   `<name>_theory` results plus Post-LN similarity from the Gram recursion, which predicts
   the init for i.i.d. tokens under uniform attention and so is drawn at step 0 only."""
-  labels = {"rms": "bound rms(h_0) + 2l dt max|g|" + (" + rms(b)" if config.model.norm == "layernorm" else ""),
+  labels = {"rms": "bound rms(h_0) + 2l dt max|g|" + (" + rms(b)" if config.model.norm != "rmsnorm" else ""),
             "grad_h": "|dL/dh_L| x norm factors above"}
   curves = {name.removesuffix(THEORY_SUFFIX): np.asarray(value)
             for name, value in results.items() if name.endswith(THEORY_SUFFIX)}
   out = {name: (curve, labels[name]) for name, curve in curves.items()}
-  if config.model.placement == "post" and "similarity" in results and step == 0:
+  normalizes = config.model.norm != "dyt"  # the recursion's unit diagonal is a norm's doing
+  if config.model.placement == "post" and normalizes and "similarity" in results and step == 0:
     out["similarity"] = (theory.post_similarity_at_init(model.freeze(config.model), config.data.seq_len),
                          "init theory: i.i.d. tokens, uniform attention")
   return out
