@@ -75,6 +75,13 @@ def constrain(x, logical_axes: tuple):
   return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
 
+def platform() -> str:
+  """The platform being compiled for: the layout mesh's devices' (an ahead-of-time compile for
+  a TPU slice runs on a CPU host), else the default backend's."""
+  layout = _LAYOUT.get()
+  return layout[0].devices.flat[0].platform if layout else jax.default_backend()
+
+
 def _ways(mesh, axes) -> int:
   """How many pieces mesh axes (None, a name or a tuple of names) split a dimension into."""
   axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
