@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from nplace import fused_attention
-from nplace.sharding import constrain, platform
+from nplace.sharding import constrain
 
 _ZEROS = nn.initializers.zeros_init()
 RESIDUAL = ("batch", "length", "act_embed")
@@ -86,7 +86,7 @@ class Attention(nn.Module):
 
     q_BTHK, k_BSHK, v_BSHK = (constrain(project_in(n)(x_BTD), HEADS) for n in ("q", "k", "v"))
     if fused_attention.enabled(cfg):
-      out_BTHK = constrain(fused_attention.attend(q_BTHK, k_BSHK, v_BSHK, platform()), HEADS)
+      out_BTHK = constrain(fused_attention.attend(q_BTHK, k_BSHK, v_BSHK, HEADS), HEADS)
     else:
       out_BTHK = self._probabilities_times_values(q_BTHK, k_BSHK, v_BSHK)
     out_BTD = nn.DenseGeneral(
