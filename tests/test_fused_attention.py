@@ -1,13 +1,15 @@
-"""model.attention_impl: the fused path against the einsum path (values and gradients), which
-path `auto` takes, the probes of a fused training run, and the config's one-line errors."""
+"""model.attention_impl: the fused path against the einsum path (values and gradients), the TPU
+splash kernel (interpreted) against XLA's attention, which path `auto` takes, the probes of a
+fused training run, and the config's one-line errors."""
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from nplace import events, layers, model
+from nplace import events, fused_attention, layers, model
 from nplace.config import base_config
 from conftest import tiny_config
 from test_cli import GPT2, run_main
@@ -30,6 +32,21 @@ def test_dot_product_equals_einsum_in_values_and_gradients():
   for (path, got), want in zip(jax.tree_util.tree_flatten_with_path(fused_grads)[0],
                                jax.tree.leaves(einsum_grads)):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+def test_splash_kernel_equals_xla_attention_in_values_and_gradients():
+  """The TPU kernel, run by the Pallas interpreter on one CPU device (T = one splash block)."""
+  q, k, v = (jax.random.normal(jax.random.key(i), (2, fused_attention.SPLASH_BLOCK, 2, 16)) for i in range(3))
+  layout = NamedSharding(Mesh(np.array(jax.devices()[:1]), ("data",)), PartitionSpec("data"))
+
+  def value_and_grads(attend):
+    scalar = lambda q, k, v: jnp.sum(jnp.sin(attend(q, k, v)))
+    return jax.jit(jax.value_and_grad(scalar, argnums=(0, 1, 2)))(q, k, v)
+
+  got = value_and_grads(lambda q, k, v: fused_attention.splash(q, k, v, layout, interpret=True))
+  want = value_and_grads(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True))
+  for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
 
 
 def sown_probs(**overrides):

@@ -67,10 +67,10 @@ def test_bfloat16_computes_in_bfloat16_with_float32_norm_statistics_and_logits()
 
 def test_probe_suite_runs_in_bfloat16(runs):
   c = config("bfloat16")
-  c.probe.update(power_iters=1, hutchinson_probes=1, batch_size=2)  # spectral: bf16 tangents
+  c.probe.update(power_iters=0, hutchinson_probes=1, batch_size=2)  # spectral: compiled in bf16 by test_fit
   _, state = runs["bfloat16"]
   batch = jnp.asarray(np.arange(2 * WINDOW).reshape(2, WINDOW) % 61, jnp.int32)
   results = suite.suite(c, state["params"], batch, jax.random.key(0))
-  assert {"jacobian_spectral", "attention_tv", "grad_h", "norm_backward"} <= set(results)
+  assert {"attention_tv", "grad_h", "jacobian_frobenius", "norm_backward"} <= set(results)
   for name, value in results.items():
     assert np.all(np.isfinite(np.asarray(value, np.float32))), name
