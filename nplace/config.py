@@ -46,7 +46,7 @@ def model_config() -> ml_collections.ConfigDict:
   m.embed_norm = False  # a norm on the embedding output (Peri-LN paper's option)
   m.dt = 1.0  # residual step: h + dt * branch
   m.attention = "softmax"  # softmax | centered (softmax minus the prefix average; study B ablation)
-  m.attention_impl = "auto"  # xla (einsum, sows the probabilities) | dot_product (fused; cuDNN on GPU) | auto (dot_product unless centered); the probe suite always runs xla
+  m.attention_impl = "auto"  # xla (einsum; sows the probabilities) | dot_product (fused: cuDNN on GPU, splash on TPU) | auto (dot_product unless centered)
   m.mlp = "gelu"  # gelu (GPT-2, tanh approximation) | swiglu
   m.use_bias = True  # biases in the linear layers (GPT-2 has them)
   m.init = "gpt2"  # gpt2 | normal | variance_preserving
@@ -108,7 +108,7 @@ def train_config() -> ml_collections.ConfigDict:
   t.spike_window = 50  # steps in the rolling window of the loss-spike detector
   t.spike_zscore = 4.0  # a loss this many standard deviations above the window mean is a spike
   t.peak_flops = config_dict.placeholder(float)  # peak FLOP/s per device for perf/mfu; None = device table
-  t.profile_steps = config_dict.placeholder(str)  # "START,STOP": jax.profiler trace of train steps START..STOP (inclusive) into <workdir>/plugins/profile (TensorBoard's Profile tab); None = off
+  t.profile_steps = config_dict.placeholder(str)  # "START,STOP": jax.profiler trace of steps START..STOP (inclusive) into <workdir>/plugins/profile; None = off
   return t
 
 

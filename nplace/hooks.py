@@ -103,15 +103,17 @@ def profile_hook(hooks, config, workdir, resumed_at, progress):
   if window is None:
     return
   first, last = window
-  tracing = []
+  tracing = False
 
   def begin():
+    nonlocal tracing
     jax.profiler.start_trace(str(workdir))
-    tracing.append(True)
+    tracing = True
 
   def end():
+    nonlocal tracing
     jax.profiler.stop_trace()
-    tracing.clear()
+    tracing = False
     progress.message(f"profile of steps {first}..{last} written to {workdir}/plugins/profile "
                      f"(TensorBoard: the Profile tab)")
 

@@ -54,7 +54,7 @@ def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
 
 def einsum_attention(cfg):
   """`cfg` with attention_impl=xla: the probes read the attention probabilities, and take
-  forward-mode derivatives, which a fused kernel with only a custom VJP (cuDNN's) lacks."""
+  forward-mode derivatives, which the fused kernels (custom VJPs: cuDNN's, splash) lack."""
   c = model.freeze(cfg).as_configdict()
   c.attention_impl = "xla"
   return model.freeze(c)
