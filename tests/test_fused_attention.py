@@ -1,6 +1,6 @@
 """model.attention_impl: the fused path against the einsum path (values and gradients), the TPU
-splash kernel (interpreted) against XLA's attention, which path `auto` takes, the probes of a
-fused training run, and the config's one-line errors."""
+splash kernel (interpreted) against XLA's attention and chosen for a TPU slice, which path
+`auto` takes, the probes of a fused training run, and the config's one-line errors."""
 import functools
 
 import jax
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from nplace import events, fused_attention, layers, model
+from nplace import events, fused_attention, layers, model, sharding, topologies
 from nplace.config import base_config
 from conftest import tiny_config
 from test_cli import GPT2, run_main
+from test_fit import needs_libtpu
 from test_model import layer, random_params
 
 
@@ -49,6 +50,16 @@ def test_splash_kernel_equals_xla_attention_in_values_and_gradients():
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
 
 
+@needs_libtpu
+def test_compiled_for_a_tpu_slice_the_fused_path_is_the_splash_kernel():
+  mesh_config = base_config().mesh
+  x = jax.ShapeDtypeStruct((4, fused_attention.SPLASH_BLOCK, 2, 64), jnp.bfloat16)
+  for devices, kernel in ((topologies.resolve("v5e:2x2").devices(), True), (jax.devices()[:1], False)):
+    attend = jax.jit(lambda q, k, v: fused_attention.attend(q, k, v, layers.HEADS))  # jit caches ignore the layout
+    with sharding.activation_layout(sharding.make_mesh(mesh_config, devices), mesh_config):
+      assert ("tpu_custom_call" in attend.lower(x, x, x).as_text()) == kernel
+
+
 def sown_probs(**overrides):
   """The attention probabilities a forward pass sows (shapes only: nothing is computed)."""
   cfg = tiny_config(**overrides).model
@@ -69,8 +80,8 @@ def test_a_fused_training_run_still_probes_the_attention(probe_run):
   runs the probe suite, which needs the probabilities, at every step."""
   assert base_config().model.attention_impl == "auto"
   scalars = events.read_scalars(probe_run)
-  for layer in ("001", "002"):
-    steps, values = scalars[f"probe/attention_tv/layer_{layer}"]
+  for index in ("001", "002"):
+    steps, values = scalars[f"probe/attention_tv/layer_{index}"]
     assert list(steps) == [0, 1, 2] and np.all((values > 0) & (values < 1)), values
 
 
