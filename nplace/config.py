@@ -18,6 +18,7 @@ EXPERIMENTS = pathlib.Path(importlib.util.find_spec("nplace.experiments").submod
 PLACEMENTS = ("post", "pre", "peri", "reorder", "deepnorm", "mix", "lns", "rezero", "hybrid")
 NORMS = ("layernorm", "rmsnorm", "dyt")
 ATTENTIONS = ("softmax", "centered")
+ATTENTION_IMPLS = ("xla", "dot_product", "auto")
 MLPS = ("gelu", "swiglu")
 INITS = ("gpt2", "normal", "variance_preserving")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
@@ -48,6 +49,7 @@ def model_config() -> ml_collections.ConfigDict:
   m.embed_norm = False  # a norm on the embedding output (Peri-LN paper's option)
   m.dt = 1.0  # residual step: h + dt * branch
   m.attention = "softmax"  # softmax | centered (softmax minus the prefix average; study B ablation)
+  m.attention_impl = "auto"  # xla (einsum; sows the probabilities) | dot_product (fused: cuDNN on GPU, splash on TPU) | auto (dot_product unless centered)
   m.mlp = "gelu"  # gelu (GPT-2, tanh approximation) | swiglu
   m.use_bias = True  # biases in the linear layers (GPT-2 has them)
   m.init = "gpt2"  # gpt2 | normal | variance_preserving
@@ -109,6 +111,7 @@ def train_config() -> ml_collections.ConfigDict:
   t.spike_window = 50  # steps in the rolling window of the loss-spike detector
   t.spike_zscore = 4.0  # a loss this many standard deviations above the window mean is a spike
   t.peak_flops = config_dict.placeholder(float)  # peak FLOP/s per device for perf/mfu; None = device table
+  t.profile_steps = config_dict.placeholder(str)  # "START,STOP": jax.profiler trace of steps START..STOP (inclusive) into <workdir>/plugins/profile; None = off
   return t
 
 
@@ -222,6 +225,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if not 0 <= m.mix_post_fraction <= 1:
     raise ConfigError("model.mix_post_fraction", m.mix_post_fraction, "must be in [0, 1]")
   _one_of("model.attention", m.attention, ATTENTIONS)
+  _one_of("model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
+  if m.attention_impl == "dot_product" and m.attention == "centered":
+    raise ConfigError("model.attention_impl", m.attention_impl,
+                      "the centered ablation needs the probabilities: use xla or auto")
   _one_of("model.mlp", m.mlp, MLPS)
   _one_of("model.init", m.init, INITS)
   _one_of("model.remat", m.remat, REMAT_POLICIES)
@@ -252,6 +259,17 @@ def _validate_probe(p) -> None:
     raise ConfigError("probe.spectral_batch", p.spectral_batch, f"exceeds probe.batch_size={p.batch_size}")
 
 
+def profile_window(t) -> tuple[int, int] | None:
+  """train.profile_steps as (START, STOP), 1 <= START <= STOP <= train.steps; None when off."""
+  if t.profile_steps is None:
+    return None
+  first, _, last = t.profile_steps.partition(",")
+  if not (first.strip().isdigit() and last.strip().isdigit() and 1 <= int(first) <= int(last) <= t.steps):
+    raise ConfigError("train.profile_steps", t.profile_steps,
+                      f"must be START,STOP with 1 <= START <= STOP <= train.steps={t.steps}")
+  return int(first), int(last)
+
+
 def _validate_training(config) -> None:
   t, o = config.train, config.optim
   for key in ("steps", "batch_size", "grad_accum", "log_every", "eval_every", "eval_batches",
@@ -263,6 +281,7 @@ def _validate_training(config) -> None:
   _one_of("train.on_divergence", t.on_divergence, ("stop", "skip"))
   if t.peak_flops is not None:
     _positive("train.peak_flops", t.peak_flops)
+  profile_window(t)
   _positive("checkpoint.every", config.checkpoint.every)
   _positive("checkpoint.keep", config.checkpoint.keep)
   _positive("optim.lr", o.lr)

@@ -1,5 +1,5 @@
 """The training loop's pieces: periodic hooks (levanter's `add_hook(fn, every=N)`, nanodo's
-periodic actions) for checkpoints, eval and probes, and the one-step-late step log."""
+periodic actions) for checkpoints, eval, probes and profiles, and the one-step-late step log."""
 import json
 import math
 import time
@@ -7,6 +7,7 @@ import time
 import jax
 
 from nplace import checkpoint, evaluation, metrics, sharding, workdirs
+from nplace.config import profile_window
 
 
 class Hooks:
@@ -90,6 +91,46 @@ def probe_hook(hooks, config, writer, progress, replicated):
     progress.message(f"step {step} probe suite: {len(results)} probes written to TensorBoard")
 
   hooks.add(run, config.probe.every, at_start=True)
+
+
+def profile_hook(hooks, config, workdir, resumed_at, progress):
+  """A jax.profiler trace of train steps START..STOP (train.profile_steps) under
+  `workdir/plugins/profile/`, where TensorBoard's Profile tab finds it; the loop marks each
+  step with a StepTraceAnnotation. Added after the other hooks, it starts once step START-1's
+  eval and probes are done, so the trace holds train steps only (and step 1's compile when
+  START is 1); a run resumed inside the window traces the rest of it."""
+  window = profile_window(config.train)
+  if window is None:
+    return
+  first, last = window
+  tracing = False
+
+  def begin():
+    nonlocal tracing
+    jax.profiler.start_trace(str(workdir))
+    tracing = True
+
+  def end():
+    nonlocal tracing
+    jax.profiler.stop_trace()
+    tracing = False
+    progress.message(f"profile of steps {first}..{last} written to {workdir}/plugins/profile "
+                     f"(TensorBoard: the Profile tab)")
+
+  def run(step, state):
+    if step == first - 1:
+      begin()
+    elif step == last and tracing:
+      jax.block_until_ready(state)  # the last step's device work belongs in the trace
+      end()
+
+  def final(step, state, status):
+    if tracing:  # the run stopped inside the window
+      end()
+
+  if resumed_at and first - 1 <= resumed_at < last:  # step START-1's hooks will not run again
+    begin()
+  hooks.add(run, every=1, at_start=True, at_end=final)
 
 
 class StepLog:

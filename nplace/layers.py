@@ -12,6 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from nplace import fused_attention
 from nplace.sharding import constrain
 
 _ZEROS = nn.initializers.zeros_init()
@@ -76,7 +77,8 @@ class Norm(nn.Module):
 class Attention(nn.Module):
   """Multi-head causal self-attention; `centered` subtracts the prefix average. `qkv_norms`:
   per-head norms on those projections; `gain` multiplies the init of v and o; `depth_scaled`:
-  o takes gpt2's 1/sqrt(2L)."""
+  o takes gpt2's 1/sqrt(2L). `attention_impl` picks the einsum path or the fused one
+  (nplace/fused_attention.py)."""
   cfg: object
   qkv_norms: tuple[str, ...] = ()
   gain: float = 1.0
@@ -99,21 +101,28 @@ class Attention(nn.Module):
       return Norm(cfg, name=f"{name}_norm")(x_BTHK) if name in self.qkv_norms else x_BTHK
 
     q_BTHK, k_BSHK, v_BSHK = (project_and_norm(n) for n in ("q", "k", "v"))
-    T = x_BTD.shape[1]
-    logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK) / math.sqrt(K)
-    causal_TS = jnp.tril(jnp.ones((T, T), bool))
-    logits_BHTS = jnp.where(causal_TS, logits_BHTS.astype(jnp.float32), -jnp.inf)
-    probs_BHTS = constrain(jax.nn.softmax(logits_BHTS, axis=-1), ("batch", "act_heads", "length", None))
-    self.sow("intermediates", "probs", probs_BHTS)
-    if cfg.attention == "centered":
-      probs_BHTS = probs_BHTS - cesaro(T)
-    out_BTHK = constrain(jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(cfg.dtype), v_BSHK), HEADS)
+    if fused_attention.enabled(cfg):
+      out_BTHK = constrain(fused_attention.attend(q_BTHK, k_BSHK, v_BSHK, HEADS), HEADS)
+    else:
+      out_BTHK = self._probabilities_times_values(q_BTHK, k_BSHK, v_BSHK)
     out_BTD = nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.dtype, name="o",
         kernel_init=nn.with_logical_partitioning(weight_init(cfg, D, self.depth_scaled, self.gain),
                                                  ("heads", "kv", "embed")),
         bias_init=nn.with_logical_partitioning(_ZEROS, ("embed",)))(out_BTHK)
     return constrain(out_BTD, RESIDUAL)
+
+  def _probabilities_times_values(self, q_BTHK, k_BSHK, v_BSHK):
+    """The einsum path: the probabilities are materialised and sown (the probes read them)."""
+    T, K = q_BTHK.shape[1], q_BTHK.shape[-1]
+    logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK) / math.sqrt(K)
+    causal_TS = jnp.tril(jnp.ones((T, T), bool))
+    logits_BHTS = jnp.where(causal_TS, logits_BHTS.astype(jnp.float32), -jnp.inf)
+    probs_BHTS = constrain(jax.nn.softmax(logits_BHTS, axis=-1), ("batch", "act_heads", "length", None))
+    self.sow("intermediates", "probs", probs_BHTS)
+    if self.cfg.attention == "centered":
+      probs_BHTS = probs_BHTS - cesaro(T)
+    return constrain(jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(self.cfg.dtype), v_BSHK), HEADS)
 
 
 class Mlp(nn.Module):

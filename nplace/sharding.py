@@ -62,17 +62,30 @@ def activation_layout(mesh: Mesh, mesh_config):
     _LAYOUT.reset(token)
 
 
-def constrain(x, logical_axes: tuple):
-  """`x` laid out by the logical axes' rules inside activation_layout; else `x` itself.
-  A dimension that does not split evenly stays whole (the probe suite's 4 sequences on 16
+def activation_sharding(shape: tuple, logical_axes: tuple) -> NamedSharding | None:
+  """The layout of an activation of `shape` inside activation_layout (None outside). A
+  dimension that does not split evenly stays whole (the probe suite's 4 sequences on 16
   chips, GPT-2's 50257-token vocabulary)."""
   layout = _LAYOUT.get()
   if layout is None:
-    return x
+    return None
   mesh, logical_rules = layout
   spec = nn.logical_to_mesh_axes(logical_axes, logical_rules)
-  spec = [axes if dim % _ways(mesh, axes) == 0 else None for dim, axes in zip(x.shape, spec)]
-  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
+  spec = [axes if dim % _ways(mesh, axes) == 0 else None for dim, axes in zip(shape, spec)]
+  return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+def constrain(x, logical_axes: tuple):
+  """`x` laid out by the logical axes' rules inside activation_layout; else `x` itself."""
+  layout = activation_sharding(x.shape, logical_axes)
+  return x if layout is None else jax.lax.with_sharding_constraint(x, layout)
+
+
+def platform() -> str:
+  """The platform being compiled for: the layout mesh's devices' (an ahead-of-time compile for
+  a TPU slice runs on a CPU host), else the default backend's."""
+  layout = _LAYOUT.get()
+  return layout[0].devices.flat[0].platform if layout else jax.default_backend()
 
 
 def _ways(mesh, axes) -> int:

@@ -117,13 +117,15 @@ def _run(config, workdir, mesh, state_shardings, meta, mngr, progress, is_main) 
   references = {"data/frequency_loss": meta["frequency_loss"], "data/entropy_rate": meta.get("entropy_rate")}
   hooks.eval_hook(loop, evaluator, writer, progress, summary, references, config.train.eval_every)
   hooks.probe_hook(loop, config, writer, progress, sharding.replicated(mesh))
+  hooks.profile_hook(loop, config, workdir, start, progress)
   preemption = _Preemption()
 
   try:
     if start == 0:
       loop.start(state)
     for step in range(start + 1, config.train.steps + 1):
-      state, step_metrics = train_step(state, _global_batch(next(train_iter), batch_sharding))
+      with jax.profiler.StepTraceAnnotation("train", step_num=step):  # ~free unless tracing
+        state, step_metrics = train_step(state, _global_batch(next(train_iter), batch_sharding))
       log.push(step, step_metrics)
       if summary["status"] == "diverged":
         break

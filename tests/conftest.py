@@ -32,13 +32,13 @@ def make_config():
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
-PROBE_RUN = [  # tiny peri (LayerNorm) run, probed at every step: every probe kind in 2 steps
+PROBE_RUN = [  # tiny peri (LayerNorm) run, probed at every step: every probe kind in 2 steps; step 2 profiled
     "--config", str(ROOT / "experiments/tiny.py:peri"), "--config.train.steps=2",
     "--config.model.n_layer=2", "--config.model.d_model=32", "--config.data.seq_len=16",
     "--config.data.synthetic_tokens=65536", "--config.train.batch_size=8", "--config.train.log_every=1",
     "--config.train.eval_every=2", "--config.train.eval_batches=1", "--config.checkpoint.every=2",
     "--config.probe.every=1", "--config.probe.batch_size=2", "--config.probe.hutchinson_probes=2",
-    "--config.probe.power_iters=0",
+    "--config.probe.power_iters=0", "--config.train.profile_steps=2,2",
 ]
 
 

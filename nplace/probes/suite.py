@@ -22,8 +22,10 @@ def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
   layer for a site on one branch (mlp_norm, q_norm, k_norm, v_norm); no _scale with DyT.
   Length 1: loss, final_norm_*/embed_norm_* factors.
   Theory: rms_theory (Peri-LN bound), grad_h_theory (Post-LN factor product).
+  Attention runs the einsum path whatever model.attention_impl says (einsum_attention).
   `cfg` is config.model, `probe_config` config.probe (both static under jit).
   """
+  cfg = einsum_attention(cfg)
   tokens_BT = batch_BT1[:, :-1]
   taps = taps_lib.zero_taps(cfg, tokens_BT)
   loss, intermediates, g_params, g_taps = gradients.backward(cfg, params, batch_BT1, taps)
@@ -49,6 +51,14 @@ def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
     results["jacobian_spectral"] = jacobians.spectral(
         cfg, params, spectral_BT, taps_lib.zero_taps(cfg, spectral_BT), k_spec, probe_config.power_iters)
   return results | _theory(cfg, params, intermediates, results)
+
+
+def einsum_attention(cfg):
+  """`cfg` with attention_impl=xla: the probes read the attention probabilities, and take
+  forward-mode derivatives, which the fused kernels (custom VJPs: cuDNN's, splash) lack."""
+  c = model.freeze(cfg).as_configdict()
+  c.attention_impl = "xla"
+  return model.freeze(c)
 
 
 def _rbg(key):

@@ -1,0 +1,95 @@
+"""model.attention_impl: the fused path against the einsum path (values and gradients), the TPU
+splash kernel (interpreted) against XLA's attention and chosen for a TPU slice, which path
+`auto` takes, the probes of a fused training run, and the config's one-line errors."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from nplace import events, fused_attention, layers, model, sharding, topologies
+from nplace.config import base_config
+from conftest import tiny_config
+from test_cli import GPT2, run_main
+from test_fit import needs_libtpu
+from test_model import layer, random_params
+
+
+def attention_value_and_grads(impl):
+  """A scalar of the attention output and its gradients in every parameter and the input."""
+  cfg = model.freeze(tiny_config(attention_impl=impl).model)
+  x_BTD = jax.random.normal(jax.random.key(0), (3, 12, cfg.d_model))
+  attn = layers.Attention(cfg)
+  params = layer(random_params(cfg, jax.random.key(1)), 0)["attn"]
+  scalar = lambda p, x: jnp.sum(jnp.sin(attn.apply({"params": p}, x)))  # every output counts apart
+  return jax.jit(jax.value_and_grad(scalar, argnums=(0, 1)))(params, x_BTD)
+
+
+def test_dot_product_equals_einsum_in_values_and_gradients():
+  (fused, fused_grads), (einsum, einsum_grads) = map(attention_value_and_grads, ("dot_product", "xla"))
+  np.testing.assert_allclose(fused, einsum, rtol=1e-5)
+  for (path, got), want in zip(jax.tree_util.tree_flatten_with_path(fused_grads)[0],
+                               jax.tree.leaves(einsum_grads)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+def test_splash_kernel_equals_xla_attention_in_values_and_gradients():
+  """The TPU kernel, run by the Pallas interpreter on one CPU device (T = one splash block)."""
+  q, k, v = (jax.random.normal(jax.random.key(i), (2, fused_attention.SPLASH_BLOCK, 2, 16)) for i in range(3))
+  layout = NamedSharding(Mesh(np.array(jax.devices()[:1]), ("data",)), PartitionSpec("data"))
+
+  def value_and_grads(attend):
+    scalar = lambda q, k, v: jnp.sum(jnp.sin(attend(q, k, v)))
+    return jax.jit(jax.value_and_grad(scalar, argnums=(0, 1, 2)))(q, k, v)
+
+  got = value_and_grads(lambda q, k, v: fused_attention.splash(q, k, v, layout, interpret=True))
+  want = value_and_grads(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True))
+  for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+
+
+@needs_libtpu
+def test_compiled_for_a_tpu_slice_the_fused_path_is_the_splash_kernel():
+  mesh_config = base_config().mesh
+  x = jax.ShapeDtypeStruct((4, fused_attention.SPLASH_BLOCK, 2, 64), jnp.bfloat16)
+  for devices, kernel in ((topologies.resolve("v5e:2x2").devices(), True), (jax.devices()[:1], False)):
+    attend = jax.jit(lambda q, k, v: fused_attention.attend(q, k, v, layers.HEADS))  # jit caches ignore the layout
+    with sharding.activation_layout(sharding.make_mesh(mesh_config, devices), mesh_config):
+      assert ("tpu_custom_call" in attend.lower(x, x, x).as_text()) == kernel
+
+
+def sown_probs(**overrides):
+  """The attention probabilities a forward pass sows (shapes only: nothing is computed)."""
+  cfg = tiny_config(**overrides).model
+  tokens = jax.ShapeDtypeStruct((2, 7), jnp.int32)
+  _, state = jax.eval_shape(functools.partial(model.apply, cfg, mutable=["intermediates"]),
+                            model.abstract_params(cfg), tokens)
+  return state["intermediates"]["blocks"].get("attn", {}).get("probs")
+
+
+def test_auto_is_fused_unless_the_centered_ablation_needs_the_probabilities():
+  assert sown_probs(attention_impl="auto") is None  # the fused path materialises none
+  assert sown_probs(attention_impl="xla") is not None
+  assert sown_probs(attention_impl="auto", attention="centered") is not None
+
+
+def test_a_fused_training_run_still_probes_the_attention(probe_run):
+  """conftest's real `nplace train` trains with the default attention_impl=auto (fused) and
+  runs the probe suite, which needs the probabilities, at every step."""
+  assert base_config().model.attention_impl == "auto"
+  scalars = events.read_scalars(probe_run)
+  for index in ("001", "002"):
+    steps, values = scalars[f"probe/attention_tv/layer_{index}"]
+    assert list(steps) == [0, 1, 2] and np.all((values > 0) & (values < 1)), values
+
+
+@pytest.mark.parametrize("override,key", [
+    ("--config.model.attention_impl=flash", "model.attention_impl"),
+    ("--config.model.attention_impl=dot_product --config.model.attention=centered", "model.attention_impl"),
+])
+def test_attention_impl_errors_are_one_line(capsys, override, key):
+  code, out, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", *override.split())
+  assert code == 2 and out == ""
+  assert err.count("\n") == 1 and key in err, err

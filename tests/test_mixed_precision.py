@@ -1,0 +1,76 @@
+"""model.dtype=bfloat16 is mixed precision: bfloat16 compute; float32 parameters, optimizer
+state, norm statistics, logits and loss. A bfloat16 run tracks the float32 one, and the probe
+suite runs in bfloat16."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nplace import model, train_state
+from nplace.data import synthetic
+from nplace.probes import suite
+from conftest import tiny_config
+
+STEPS, BATCH, WINDOW = 30, 8, 13
+TRACKING_NATS = 0.005  # largest |loss_bf16 - loss_f32| allowed at any step (measured: 2e-4)
+
+
+def config(dtype):
+  c = tiny_config(dtype=dtype)
+  c.train.steps = STEPS
+  c.optim.update(lr=3e-3, warmup_steps=5)
+  return c
+
+
+@pytest.fixture(scope="module")
+def runs():
+  """dtype -> (loss per step, final state): the same tiny run on the synthetic language
+  (order 2, 61 tokens), from the same init, in float32 and in bfloat16."""
+  tokens = np.concatenate(list(synthetic.build(61, 2, seed=0).generate(STEPS * BATCH * WINDOW, seed=1)))
+  batches = tokens.astype(np.int32).reshape(STEPS, BATCH, WINDOW)
+  params = jax.jit(functools.partial(model.init, config("float32").model))(jax.random.key(0))
+  out = {}
+  for dtype in ("float32", "bfloat16"):
+    state = train_state.start_from(config(dtype), params)
+    step = jax.jit(train_state.make_train_step(config(dtype)))
+    losses = []
+    for batch in batches:
+      state, metrics = step(state, batch)
+      losses.append(float(metrics["loss"]))
+    out[dtype] = np.array(losses), state
+  return out
+
+
+def test_bfloat16_run_tracks_the_float32_run(runs):
+  (f32, _), (bf16, _) = runs["float32"], runs["bfloat16"]
+  assert f32[:3].mean() - f32[-3:].mean() > 0.3  # it learns: not two flat lines compared
+  assert np.max(np.abs(bf16 - f32)) < TRACKING_NATS, np.abs(bf16 - f32)
+
+
+def test_bfloat16_state_stays_float32(runs):
+  _, state = runs["bfloat16"]
+  dtypes = {x.dtype for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)}
+  assert dtypes == {jnp.dtype(jnp.float32)}
+
+
+def test_bfloat16_computes_in_bfloat16_with_float32_norm_statistics_and_logits():
+  cfg = tiny_config(dtype="bfloat16", placement="peri").model
+  apply = functools.partial(model.apply, cfg, mutable=["intermediates"])
+  logits, sown = jax.eval_shape(apply, model.abstract_params(cfg), jax.ShapeDtypeStruct((1, 5), jnp.int32))
+  blocks = sown["intermediates"]["blocks"]
+  assert blocks["h"][0].dtype == jnp.bfloat16  # the residual stream
+  assert blocks["attn_norm_in"]["r"][0].dtype == jnp.float32
+  assert logits.dtype == jnp.float32
+
+
+def test_probe_suite_runs_in_bfloat16(runs):
+  c = config("bfloat16")
+  c.probe.update(power_iters=0, hutchinson_probes=1, batch_size=2)  # spectral: compiled in bf16 by test_fit
+  _, state = runs["bfloat16"]
+  batch = jnp.asarray(np.arange(2 * WINDOW).reshape(2, WINDOW) % 61, jnp.int32)
+  results = suite.suite(c, state["params"], batch, jax.random.key(0))
+  assert {"attention_tv", "grad_h", "jacobian_frobenius", "norm_backward"} <= set(results)
+  for name, value in results.items():
+    assert np.all(np.isfinite(np.asarray(value, np.float32))), name
