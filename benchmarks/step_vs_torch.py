@@ -8,9 +8,9 @@ Contenders, each a warm worker process of its own: nplace (the trainer's jitted 
 nplace.train_state, all cores), torch eager at 2 threads and at 1 thread
 (benchmarks/torch_gpt.py: AdamW + clipping, float32). Each round times every contender for
 about `--seconds` on the same fixed random batch, one after the other, so they never share
-the CPU; the ratio is nplace / torch-2-threads per round, reported as the median over rounds
-(min..max). Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace info`), as a share of a float32
-matmul peak measured in the nplace worker in the same run.
+the CPU; the ratios are nplace / torch (2 threads, 1 thread) per round, reported as the
+median over rounds (min..max). Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace info`), as a
+share of a float32 matmul peak measured in the nplace worker in the same run.
 """
 import argparse
 import math
@@ -88,7 +88,7 @@ def _start(ctx, target, *args):
 
 
 def measure(workload, placement, remat, rounds, seconds):
-  """Median tokens/s of each contender and the per-round ratios nplace / torch 2 threads."""
+  """Median tokens/s of each contender and the per-round ratios nplace / each torch."""
   config = _harness.workload_config(workload, placement, remat=remat)
   tokens = config.train.batch_size * config.data.seq_len
   ctx = multiprocessing.get_context("spawn")
@@ -105,7 +105,7 @@ def measure(workload, placement, remat, rounds, seconds):
   for proc, conn in workers.values():
     conn.send(None)
     proc.join()
-  ratios = [a / b for a, b in zip(rates["nplace"], rates["torch 2 thr"])]
+  ratios = {name: [a / b for a, b in zip(rates["nplace"], r)] for name, r in rates.items() if name != "nplace"}
   return info, {name: statistics.median(r) for name, r in rates.items()}, ratios
 
 
@@ -119,18 +119,19 @@ def main():
   args = parser.parse_args()
   print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.rounds} rounds of ~{args.seconds:g} s each")
   print("| workload | placement | remat | nplace tok/s | torch 2 thr | torch 1 thr | nplace / torch 2 thr "
-        "(median, min..max) | nplace GFLOP/s | % of peak |")
-  print("|---|---|---|---|---|---|---|---|---|")
+        "(median, min..max) | nplace / torch 1 thr | nplace GFLOP/s | % of peak |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
   for workload in args.workloads.split(","):
     for placement in args.placements.split(","):
       for remat in args.remat.split(","):
         info, rate, ratios = measure(workload, placement, None if remat == "default" else remat,
                                      args.rounds, args.seconds)
         flops = rate["nplace"] * info["flops_per_token"]
+        two, one = ratios["torch 2 thr"], ratios["torch 1 thr"]
         print(f"| {workload} | {placement} | {info['remat']} | {rate['nplace']:,.0f} | "
-              f"{rate['torch 2 thr']:,.0f} | {rate['torch 1 thr']:,.0f} | **{statistics.median(ratios):.2f}** "
-              f"({min(ratios):.2f}..{max(ratios):.2f}) | {flops / 1e9:.0f} | "
-              f"{100 * flops / info['peak']:.0f}% of {info['peak'] / 1e9:.0f} |", flush=True)
+              f"{rate['torch 2 thr']:,.0f} | {rate['torch 1 thr']:,.0f} | **{statistics.median(two):.2f}** "
+              f"({min(two):.2f}..{max(two):.2f}) | {statistics.median(one):.2f} ({min(one):.2f}..{max(one):.2f}) | "
+              f"{flops / 1e9:.0f} | {100 * flops / info['peak']:.0f}% of {info['peak'] / 1e9:.0f} |", flush=True)
   print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 
