@@ -87,7 +87,7 @@ class Attention(nn.Module):
     logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK) / math.sqrt(K)
     causal_TS = jnp.tril(jnp.ones((T, T), bool))
     logits_BHTS = jnp.where(causal_TS, logits_BHTS.astype(jnp.float32), -jnp.inf)
-    with jax.softmax_custom_jvp(True):  # the backward pass keeps the probabilities only, not exp and sum too
+    with jax.softmax_custom_jvp(True):  # the backward keeps the probabilities, not exp(logits) too
       probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1)
     probs_BHTS = constrain(probs_BHTS, ("batch", "act_heads", "length", None))
     self.sow("intermediates", "probs", probs_BHTS)
