@@ -14,7 +14,7 @@ import jax
 
 from nplace import data
 from nplace.config import experiment, validate
-from trainer_step import compiled_step
+from _harness import compiled_step
 
 
 def loader_rate(config, batches: int) -> float:

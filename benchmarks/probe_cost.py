@@ -20,23 +20,12 @@ from nplace.cli import parse_flags
 from nplace.config import experiment, validate
 from nplace.probes import command, suite
 from nplace.train import train
-from trainer_step import compiled_step
-
-
-def _seconds(fn, repeats):
-  """Median wall time of fn() (blocked on its result) over `repeats` calls."""
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return sorted(times)[len(times) // 2]
+from _harness import compiled_step, median_seconds, random_batch
 
 
 def call_cost(config, repeats):
   state, step = compiled_step(config)
-  batch = jax.random.randint(jax.random.key(1), (config.train.batch_size, config.data.seq_len + 1),
-                             0, config.model.vocab_size)
+  batch = random_batch(config)
   probe_batch, key = command.probe_batch(config, held_out=True), command.probe_key(config)
   start = time.perf_counter()
   state, _ = jax.block_until_ready(step(state, batch))
@@ -50,8 +39,8 @@ def call_cost(config, repeats):
     holder["state"], metrics = step(holder["state"], batch)
     return metrics
 
-  step_s = _seconds(one_step, repeats)
-  probe_s = _seconds(lambda: suite.suite(config, holder["state"]["params"], probe_batch, key), repeats)
+  step_s = median_seconds(one_step, repeats)
+  probe_s = median_seconds(lambda: suite.suite(config, holder["state"]["params"], probe_batch, key), repeats)
   print(f"compile: train step {step_compile:.1f} s, probe suite {suite_compile:.1f} s")
   print(f"train step {step_s * 1e3:.1f} ms; probe suite {probe_s * 1e3:.1f} ms = "
         f"{probe_s / step_s:.2f} train steps (every 50 steps: +{100 * probe_s / step_s / 50:.1f}% expected)")

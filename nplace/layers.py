@@ -118,7 +118,9 @@ class Attention(nn.Module):
     logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK) / math.sqrt(K)
     causal_TS = jnp.tril(jnp.ones((T, T), bool))
     logits_BHTS = jnp.where(causal_TS, logits_BHTS.astype(jnp.float32), -jnp.inf)
-    probs_BHTS = constrain(jax.nn.softmax(logits_BHTS, axis=-1), ("batch", "act_heads", "length", None))
+    with jax.softmax_custom_jvp(True):  # the backward keeps the probabilities, not exp(logits) too
+      probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1)
+    probs_BHTS = constrain(probs_BHTS, ("batch", "act_heads", "length", None))
     self.sow("intermediates", "probs", probs_BHTS)
     if self.cfg.attention == "centered":
       probs_BHTS = probs_BHTS - cesaro(T)
@@ -145,9 +147,11 @@ class Mlp(nn.Module):
 
     hidden = ("batch", "length", "act_mlp")
     up_BTF = constrain(dense("fc_in", F, D, ("embed", "mlp"))(x_BTD), hidden)
+    # jax.checkpoint: the backward pass recomputes the elementwise activation from its input
+    # instead of keeping its ~5 intermediates, each as large as the hidden layer.
     if cfg.mlp == "swiglu":
       gate_BTF = constrain(dense("fc_gate", F, D, ("embed", "mlp"))(x_BTD), hidden)
-      hidden_BTF = nn.silu(gate_BTF) * up_BTF
+      hidden_BTF = jax.checkpoint(lambda gate, up: nn.silu(gate) * up)(gate_BTF, up_BTF)
     else:
-      hidden_BTF = nn.gelu(up_BTF, approximate=True)
+      hidden_BTF = jax.checkpoint(lambda up: nn.gelu(up, approximate=True))(up_BTF)
     return constrain(dense("fc_out", D, F, ("mlp", "embed"), output=self.depth_scaled)(hidden_BTF), RESIDUAL)

@@ -1,9 +1,13 @@
 """Layers in isolation: the norm, attention (softmax and centered) and the Cesàro matrix."""
+import contextlib
+import io
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.ad_checkpoint import print_saved_residuals
 
 from nplace import layers, model
 import reference
@@ -61,3 +65,22 @@ def test_attention_equals_formula(make_config):
     np.testing.assert_allclose(layers.Attention(cfg).apply({"params": p}, x),
                                reference.attention(p, x, cfg.n_head, attention == "centered"),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mlp", ("gelu", "swiglu"))
+def test_backward_keeps_one_copy_of_each_large_activation(make_config, mlp):
+  """What remat none stores per layer: the MLP's pre- and post-activation (swiglu: and the
+  gate), the attention's masked logits and probabilities; not every intermediate of GELU
+  or of the softmax (each as large as these)."""
+  cfg = model.freeze(make_config(mlp=mlp, d_model=32, d_ff=96).model)
+  B, T = 2, 7
+  x = jax.random.normal(jax.random.key(0), (B, T, cfg.d_model))
+
+  def large_residuals(module, shape):
+    v = module.init(jax.random.key(1), x)
+    with contextlib.redirect_stdout(io.StringIO()) as out:  # jax prints one line per residual
+      print_saved_residuals(lambda v, x: module.apply(v, x).sum(), v, x)
+    return out.getvalue().count(f"f32[{','.join(map(str, shape))}]")
+
+  assert large_residuals(layers.Mlp(cfg), (B, T, 96)) == (3 if mlp == "swiglu" else 2)
+  assert large_residuals(layers.Attention(cfg), (B, cfg.n_head, T, T)) == 2

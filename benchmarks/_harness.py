@@ -1,0 +1,48 @@
+"""Shared by the benchmarks (not one itself): the trainer's compiled step, a random batch, a
+median timer and the configurations the speed benchmarks run."""
+import time
+
+import jax
+
+from nplace import sharding, train_state
+from nplace.config import experiment, validate
+
+# name -> (experiment, model overrides): the shapes issue 11 measures
+WORKLOADS = {
+    "tiny": ("tiny", {}),                                  # 4 x 128, T 128
+    "12x256": ("tiny", {"n_layer": 12, "d_model": 256}),   # 12 x 256, T 128
+    "deep48": ("deep48", {}),                              # 48 x 64, T 64
+}
+
+
+def workload_config(name, placement, **model_overrides):
+  """The config of a WORKLOADS entry with `placement` (and more model fields) set."""
+  preset, overrides = WORKLOADS[name]
+  config = experiment(preset, placement)
+  config.model.update(**overrides, **{k: v for k, v in model_overrides.items() if v is not None})
+  validate(config)
+  return config
+
+
+def compiled_step(config):
+  """(state, step): `nplace train`'s jitted step and a fresh state, on this host's mesh."""
+  mesh = sharding.make_mesh(config.mesh)
+  shardings = train_state.shardings(config, mesh)
+  step, _ = train_state.compile_steps(config, mesh, shardings)
+  return train_state.init(config, shardings), step
+
+
+def random_batch(config, seed=1):
+  """A [batch, seq_len + 1] window of uniform random tokens."""
+  return jax.random.randint(jax.random.key(seed), (config.train.batch_size, config.data.seq_len + 1),
+                            0, config.model.vocab_size)
+
+
+def median_seconds(fn, repeats):
+  """Median wall time of fn() (blocked on its result) over `repeats` calls."""
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return sorted(times)[len(times) // 2]

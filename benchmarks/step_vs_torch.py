@@ -1,0 +1,139 @@
+"""nplace's train step against a PyTorch GPT of the same shape and placement, side by side.
+
+    .venv/bin/pip install -e '.[bench]'     # torch (CPU wheel: --index-url .../whl/cpu)
+    .venv/bin/python benchmarks/step_vs_torch.py [--workloads tiny,12x256,deep48]
+        [--placements pre,peri] [--remat default,none] [--rounds 5] [--seconds 2]
+
+Contenders, each a warm worker process of its own: nplace (the trainer's jitted step,
+nplace.train_state, all cores), torch eager at 2 threads and at 1 thread
+(benchmarks/torch_gpt.py: AdamW + clipping, float32). Each round times every contender for
+about `--seconds` on the same fixed random batch, one after the other, so they never share
+the CPU; the ratios are nplace / torch (2 threads, 1 thread) per round, reported as the
+median over rounds (min..max). Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace info`), as a
+share of a float32 matmul peak measured in the nplace worker in the same run.
+"""
+import argparse
+import math
+import multiprocessing
+import os
+import statistics
+import time
+
+import _harness
+
+CONTENDERS = {"nplace": None, "torch 2 thr": 2, "torch 1 thr": 1}
+
+
+def _nplace_worker(conn, workload, placement, remat):
+  import jax
+  import jax.numpy as jnp
+
+  from nplace.info import model_info
+  config = _harness.workload_config(workload, placement, remat=remat)
+  state, step = _harness.compiled_step(config)
+  batch = _harness.random_batch(config)
+  holder = {"state": state}
+
+  def run(n):
+    for _ in range(n):
+      holder["state"], metrics = step(holder["state"], batch)
+    jax.block_until_ready(metrics)
+
+  def peak():
+    a = jnp.ones((2048, 2048), jnp.float32)
+    matmul = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(matmul(a))
+    return 2 * 2048 ** 3 / _harness.median_seconds(lambda: matmul(a), 7)
+
+  conn.send({"flops_per_token": model_info(config)["flops_per_token"], "peak": peak(),
+             "remat": config.model.remat})
+  _serve(conn, run)
+
+
+def _torch_worker(conn, threads, model_cfg, optim_cfg, batch_shape):
+  import torch
+
+  import torch_gpt
+  torch.set_num_threads(threads)
+  _, step = torch_gpt.make_step(model_cfg, optim_cfg)
+  batch = torch.randint(0, model_cfg["vocab_size"], batch_shape, generator=torch.Generator().manual_seed(1))
+
+  def run(n):
+    for _ in range(n):
+      step(batch)
+
+  conn.send({})
+  _serve(conn, run)
+
+
+def _serve(conn, run):
+  """Warm up, size a round to `seconds`, then time rounds on request until told to stop."""
+  run(2)  # the first call compiles (nplace) or allocates (torch)
+  start = time.perf_counter()
+  run(2)
+  per_step = (time.perf_counter() - start) / 2
+  steps = None
+  while (msg := conn.recv()) is not None:
+    steps = steps or max(2, math.ceil(msg / per_step))
+    start = time.perf_counter()
+    run(steps)
+    conn.send(steps / (time.perf_counter() - start))
+
+
+def _start(ctx, target, *args):
+  parent, child = ctx.Pipe()
+  proc = ctx.Process(target=target, args=(child, *args), daemon=True)
+  proc.start()
+  return proc, parent
+
+
+def measure(workload, placement, remat, rounds, seconds):
+  """Median tokens/s of each contender and the per-round ratios nplace / each torch."""
+  config = _harness.workload_config(workload, placement, remat=remat)
+  tokens = config.train.batch_size * config.data.seq_len
+  ctx = multiprocessing.get_context("spawn")
+  args = (config.model.to_dict(), config.optim.to_dict(), (config.train.batch_size, config.data.seq_len + 1))
+  workers = {"nplace": _start(ctx, _nplace_worker, workload, placement, remat)}
+  workers.update({name: _start(ctx, _torch_worker, threads, *args)
+                  for name, threads in CONTENDERS.items() if threads})
+  info = {name: conn.recv() for name, (_, conn) in workers.items()}["nplace"]
+  rates = {name: [] for name in workers}
+  for _ in range(rounds):
+    for name, (_, conn) in workers.items():
+      conn.send(seconds)
+      rates[name].append(conn.recv() * tokens)
+  for proc, conn in workers.values():
+    conn.send(None)
+    proc.join()
+  ratios = {name: [a / b for a, b in zip(rates["nplace"], r)] for name, r in rates.items() if name != "nplace"}
+  return info, {name: statistics.median(r) for name, r in rates.items()}, ratios
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--workloads", default=",".join(_harness.WORKLOADS))
+  parser.add_argument("--placements", default="pre,peri")
+  parser.add_argument("--remat", default="default", help="comma list: default (the preset's) | none | full | ...")
+  parser.add_argument("--rounds", type=int, default=5)
+  parser.add_argument("--seconds", type=float, default=2.0, help="per contender per round")
+  args = parser.parse_args()
+  print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.rounds} rounds of ~{args.seconds:g} s each")
+  print("| workload | placement | remat | nplace tok/s | torch 2 thr | torch 1 thr | nplace / torch 2 thr "
+        "(median, min..max) | nplace / torch 1 thr | nplace GFLOP/s | % of peak |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
+  for workload in args.workloads.split(","):
+    for placement in args.placements.split(","):
+      for remat in args.remat.split(","):
+        info, rate, ratios = measure(workload, placement, None if remat == "default" else remat,
+                                     args.rounds, args.seconds)
+        flops = rate["nplace"] * info["flops_per_token"]
+        two, one = ratios["torch 2 thr"], ratios["torch 1 thr"]
+        print(f"| {workload} | {placement} | {info['remat']} | {rate['nplace']:,.0f} | "
+              f"{rate['torch 2 thr']:,.0f} | {rate['torch 1 thr']:,.0f} | **{statistics.median(two):.2f}** "
+              f"({min(two):.2f}..{max(two):.2f}) | {statistics.median(one):.2f} ({min(one):.2f}..{max(one):.2f}) | "
+              f"{flops / 1e9:.0f} | {100 * flops / info['peak']:.0f}% of {info['peak'] / 1e9:.0f} |", flush=True)
+  print(f"load average at end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+  main()
