@@ -52,8 +52,12 @@ def growth(rms_L) -> dict:
 
 def scale_ratio(base_L, scaled_L) -> float:
   """Geometric mean over blocks of |J_l - I| with outputs scaled by c over |J_l - I| as
-  initialised: 1 for a scale-invariant block, c for a branch linear in its output scale."""
-  return float(np.exp(np.mean(np.log(np.asarray(scaled_L, np.float64) / np.asarray(base_L, np.float64)))))
+  initialised: 1 for a scale-invariant block, c for a branch linear in its output scale.
+  A block that is the identity at any scale (ReZero at init: 0 and 0) counts as invariant."""
+  base_L, scaled_L = np.asarray(base_L, np.float64), np.asarray(scaled_L, np.float64)
+  identity = (base_L == 0) & (scaled_L == 0)
+  ratio_L = np.where(identity, 1.0, scaled_L / np.where(identity, 1.0, base_L))
+  return float(np.exp(np.mean(np.log(ratio_L))))
 
 
 def backward_products(results: dict) -> dict:

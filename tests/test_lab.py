@@ -220,3 +220,10 @@ def test_placements_grid_covers_every_placement_and_reports_as_study_a(tmp_path)
   assert all(t.config.optim.lr == stress.optim.lr and t.config.model.n_layer == stress.model.n_layer
              for t in trials)
   assert report_runs.study_of("experiments/placements.py") == "stability"
+
+
+def test_scale_ratio_counts_identity_blocks_as_invariant():
+  """ReZero's blocks are the identity at init: |J_l - I| is 0 at any output scale."""
+  assert lab_checks.scale_ratio([0.0, 0.0], [0.0, 0.0]) == 1.0
+  np.testing.assert_allclose(lab_checks.scale_ratio([0.0, 2.0], [0.0, 8.0]), 2.0)  # sqrt(1 * 4)
+  np.testing.assert_allclose(lab_checks.scale_ratio([1.0, 1.0], [10.0, 10.0]), 10.0)
