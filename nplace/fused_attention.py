@@ -15,8 +15,11 @@ SPLASH_BLOCK = 128  # splash attention's default block: the sequence must be a m
 
 
 def enabled(cfg) -> bool:
-  """`dot_product`, or `auto` wherever nothing needs the probabilities (softmax attention)."""
-  return cfg.attention_impl == "dot_product" or (cfg.attention_impl == "auto" and cfg.attention == "softmax")
+  """`dot_product`; or `auto` when compiling for a GPU or TPU (where a fused kernel exists) and
+  nothing needs the probabilities (softmax attention). On a CPU `auto` keeps the einsum path:
+  XLA's dot_product_attention measured ~10% slower there (benchmarks, BUILD_NOTES)."""
+  return cfg.attention_impl == "dot_product" or (
+      cfg.attention_impl == "auto" and cfg.attention == "softmax" and sharding.platform() in ("gpu", "tpu"))
 
 
 def attend(q_BTHK, k_BSHK, v_BSHK, logical_axes: tuple):

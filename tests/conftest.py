@@ -38,7 +38,7 @@ PROBE_RUN = [  # tiny peri (LayerNorm) run, probed at every step: every probe ki
     "--config.data.synthetic_tokens=65536", "--config.train.batch_size=8", "--config.train.log_every=1",
     "--config.train.eval_every=2", "--config.train.eval_batches=1", "--config.checkpoint.every=2",
     "--config.probe.every=1", "--config.probe.batch_size=2", "--config.probe.hutchinson_probes=2",
-    "--config.probe.power_iters=0", "--config.train.profile_steps=2,2",
+    "--config.probe.power_iters=0", "--config.train.profile_steps=2,2", "--config.model.attention_impl=dot_product",
 ]
 
 
