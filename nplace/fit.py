@@ -43,7 +43,7 @@ def _abstract(tree, shardings):
   return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
 
-def _memory(compiled) -> dict:
+def chip_bytes(compiled) -> dict:
   """Bytes per chip. `peak` is what the chip must hold: arguments, outputs not aliased to them
   (the donated state) and the temporaries, which are one arena. (XLA's peak_memory_in_bytes
   came out below the temporaries on TPU: 7.7 GB against 10.4 GB for 1.5B in float32.)"""
@@ -117,7 +117,7 @@ def check(config, topology: str, batch_per_chip: int, probes: bool = True) -> di
                                sharding=sharding.batch_sharding(mesh, config.mesh))
   hints = _hints(config, batch_per_chip, topo)
   compiled = _compile(train_step.lower(state, batch), hints)
-  memory = _memory(compiled)
+  memory = chip_bytes(compiled)
   if memory["peak"] > topo.chip.hbm_bytes:
     raise DoesNotFit(memory["peak"], topo.chip.hbm_bytes, hints)
   cost = compiled.cost_analysis()
@@ -147,7 +147,7 @@ def _probe_memory(config, mesh, params, hints) -> dict:
   with sharding.activation_layout(mesh, config.mesh):
     lowered = suite.jit_suite.lower(model.freeze(config.model), params, batch, key,
                                     model.freeze(config.probe))
-  return _memory(_compile(lowered, hints))
+  return chip_bytes(_compile(lowered, hints))
 
 
 def _text(r: dict) -> str:

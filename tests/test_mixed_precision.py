@@ -14,7 +14,7 @@ from nplace.probes import suite
 from conftest import tiny_config
 
 STEPS, BATCH, WINDOW = 30, 8, 13
-TRACKING_NATS = 0.005  # largest |loss_bf16 - loss_f32| allowed at any step (measured: 2e-4)
+TRACKING_NATS = 0.005  # largest |loss_bf16 - loss_f32| allowed at any step (measured: 6e-4; 2e-4 before the LM head ran in bf16)
 
 
 def config(dtype):

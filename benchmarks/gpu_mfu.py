@@ -1,0 +1,114 @@
+"""Model FLOPs utilisation of the GPT-2 presets' train step on one accelerator (issue 11, item 6).
+
+    python benchmarks/gpu_mfu.py [--runs 124m:16:none:auto,1.5b:8:full:auto] [--dtype bfloat16]
+        [--steps 10] [--peak-tflops 989] [--json OUT.jsonl]
+
+A run is SIZE:BATCH:REMAT:ATTENTION (experiments/gpt2.py:SIZE,PLACEMENT; BATCH sequences of
+1024 tokens; model.remat; model.attention_impl). Each compiles `nplace train`'s own jitted
+step (nplace.train_state: AdamW, clipping, donation) and times `--steps` steps three times
+on a fixed random batch, taking the median. MFU = tokens/s x (6N + 12 L T d) / peak, the
+formula nanoGPT's `estimate_mfu` and MaxText use (remat's recompute is not counted), against
+both the datasheet peak (`--peak-tflops`; H100/H200 SXM dense bf16: 989) and a bf16 matmul
+peak measured here. When two runs differ only in ATTENTION their first-step losses are
+printed side by side: the fused kernel must agree with the einsum path.
+"""
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+import _harness
+from nplace import fit
+from nplace.config import experiment, validate
+from nplace.info import model_info
+
+DEFAULT_RUNS = "124m:16:none:xla,124m:16:none:auto,124m:16:full:auto,124m:32:dots:auto,1.5b:8:full:auto,1.5b:16:full:auto"
+
+
+def matmul_peak(n=8192, dtype=jnp.bfloat16):
+  """FLOP/s of one n^3 matrix product on the default device (median of 10)."""
+  a = jnp.ones((n, n), dtype)
+  matmul = jax.jit(lambda x: x @ x)
+  jax.block_until_ready(matmul(a))
+  return 2 * n ** 3 / _harness.median_seconds(lambda: matmul(a), 10)
+
+
+def run_config(spec, placement, dtype):
+  size, batch, remat, attention = spec.split(":")
+  config = experiment("gpt2", f"{size},{placement}")
+  config.train.batch_size = int(batch)
+  config.model.update(remat=remat, attention_impl=attention, dtype=dtype)
+  validate(config)
+  return config
+
+
+def measure(config, steps):
+  """Compile seconds, first-step loss, median step seconds and the executable's bytes."""
+  start = time.perf_counter()
+  state, jitted = _harness.compiled_step(config)
+  batch = _harness.random_batch(config)
+  step = jitted.lower(state, batch).compile()
+  peak_bytes = fit.chip_bytes(step)["peak"]
+  state, metrics = step(state, batch)
+  first_loss = float(metrics["loss"])
+  compile_s = time.perf_counter() - start
+  holder = {"state": state}
+
+  def run():
+    for _ in range(steps):
+      holder["state"], out = step(holder["state"], batch)
+    return out
+
+  jax.block_until_ready(run())  # warm
+  step_s = statistics.median(_harness.median_seconds(run, 1) / steps for _ in range(3))
+  return {"compile_s": compile_s, "first_loss": first_loss, "step_s": step_s, "peak_bytes": peak_bytes}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--runs", default=DEFAULT_RUNS)
+  parser.add_argument("--placement", default="pre")
+  parser.add_argument("--dtype", default="bfloat16")
+  parser.add_argument("--steps", type=int, default=10)
+  parser.add_argument("--peak-tflops", type=float, default=989.0, help="datasheet dense peak of the device")
+  parser.add_argument("--json", help="append one JSON line per run here")
+  args = parser.parse_args()
+  device = jax.devices()[0]
+  measured_peak = matmul_peak()
+  print(f"{device.device_kind} ({device.platform}); jax {jax.__version__}; python {platform.python_version()}; "
+        f"bf16 matmul 8192^3: {measured_peak / 1e12:.0f} TFLOP/s measured, {args.peak_tflops:.0f} datasheet")
+  print("| run | tokens/s | step ms | model TFLOP/s | MFU (datasheet) | MFU (measured peak) | "
+        "compile s | peak GiB | first loss |\n|---|---|---|---|---|---|---|---|---|")
+  losses = {}
+  for spec in args.runs.split(","):
+    config = run_config(spec, args.placement, args.dtype)
+    try:
+      row = measure(config, args.steps)
+    except Exception as e:  # e.g. out of memory: report it and go on to the next run
+      print(f"| {spec} | failed: {type(e).__name__}: {str(e).splitlines()[0][:160]} |", flush=True)
+      continue
+    tokens = config.train.batch_size * config.data.seq_len
+    flops = model_info(config)["flops_per_token"] * tokens / row["step_s"]
+    row.update(run=spec, placement=args.placement, dtype=args.dtype, device=device.device_kind,
+               jax=jax.__version__, tokens_per_s=tokens / row["step_s"], model_flops_per_s=flops,
+               mfu=flops / (args.peak_tflops * 1e12), mfu_measured_peak=flops / measured_peak,
+               measured_peak=measured_peak)
+    print(f"| {spec} | {row['tokens_per_s']:,.0f} | {1e3 * row['step_s']:.1f} | {flops / 1e12:.0f} | "
+          f"{row['mfu']:.1%} | {row['mfu_measured_peak']:.1%} | {row['compile_s']:.0f} | {row['peak_bytes'] / 2**30:.1f} | "
+          f"{row['first_loss']:.5f} |", flush=True)
+    shape, attention = spec.rsplit(":", 1)
+    losses.setdefault(shape, {})[attention] = row["first_loss"]
+    if args.json:
+      with open(args.json, "a") as f:
+        f.write(json.dumps(row) + "\n")
+  for key, by_impl in losses.items():
+    if len(by_impl) > 1:
+      print(f"first-step loss by attention_impl for {key}: {by_impl}")
+
+
+if __name__ == "__main__":
+  main()
