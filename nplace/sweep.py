@@ -12,7 +12,7 @@ import time
 
 from absl import flags
 
-from nplace import grid
+from nplace import grid, workdirs
 
 FINISHED = ("completed", "diverged")
 
@@ -46,9 +46,7 @@ def _summary(workdir: pathlib.Path) -> dict | None:
 
 def write_record(path: pathlib.Path, record: dict) -> None:
   """Atomically: a reader (or a killed sweep) never sees half a file."""
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(json.dumps(record, indent=1) + "\n")
-  os.replace(tmp, path)
+  workdirs.write_atomic(path, json.dumps(record, indent=1) + "\n")
 
 
 def _duration(seconds: float) -> str:
