@@ -29,12 +29,14 @@ RULE = (
 _OUTPUT_PROJECTIONS = (("attn", "o"), ("mlp", "fc_out"))  # the branches' last linear maps
 
 
-def scale_outputs(params, c: float):
-  """params with every attention output projection and MLP output layer (kernel and bias)
-  multiplied by c, so each sublayer's branch F becomes c F, wherever the blocks sit."""
+def scale_outputs(params, c: float, branches=("attn", "mlp")):
+  """params with the output projection (kernel and bias) of every sublayer in `branches`
+  multiplied by c, so each such branch F becomes c F, wherever the blocks sit."""
+  pairs = [pair for pair in _OUTPUT_PROJECTIONS if pair[0] in branches]
+
   def scaled(path, leaf):
     names = tuple(getattr(k, "key", None) for k in path)
-    hit = any(names[i:i + 2] == pair for pair in _OUTPUT_PROJECTIONS for i in range(len(names) - 1))
+    hit = any(names[i:i + 2] == pair for pair in pairs for i in range(len(names) - 1))
     return leaf * c if hit else leaf
   return jax.tree_util.tree_map_with_path(scaled, params)
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from nplace import model
+from nplace.lab_checks import scale_outputs
 from nplace.config import PLACEMENTS
 import reference
 
@@ -91,14 +92,6 @@ def test_dt_one_is_unscaled_and_dt_scales_branch(make_config):
   p0 = jax.tree.map(jnp.zeros_like, p0) | {k: v for k, v in p0.items() if k != "mlp"}
   cfg2 = make_config(placement="pre", dt=0.25).model
   np.testing.assert_allclose(block_out(cfg2, p0, h) - h, 0.25 * (block_out(cfg1, p0, h) - h), rtol=1e-5, atol=1e-6)
-
-
-def scale_outputs(p_layer, c, branches=("attn", "mlp")):
-  out = {"attn": "o", "mlp": "fc_out"}
-  p = jax.tree.map(lambda x: x, p_layer)
-  for b in branches:
-    p[b] = dict(p[b]) | {out[b]: jax.tree.map(lambda x: c * x, p[b][out[b]])}
-  return p
 
 
 @pytest.mark.parametrize("norm", ("layernorm", "rmsnorm"))

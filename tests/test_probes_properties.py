@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st
 from nplace import model, theory
 from nplace.probes import suite, taps as taps_lib
 from conftest import tiny_config
-from test_model import scale_outputs, layer
+from nplace.lab_checks import scale_outputs
+from test_model import layer
 import probe_reference as ref
 
 FEW = settings(max_examples=5, deadline=None)
