@@ -33,17 +33,22 @@ class Writer:
   """
 
   def __init__(self, logdir, purge_step: int | None, active: bool):
-    self.summary = self.events = None
+    self.events, self._summary = None, None
     self.purge_step, self.segments = purge_step, 0
     if active:
       self.events = workdirs.EventSync(workdirs.resolve(logdir))
-      self.summary = self._open(purge_step)
 
-  def _open(self, purge_step):
-    # Event files are named by the second they were opened in; the suffix keeps a quick
-    # resume (or a bucket run's next segment) from overwriting an earlier file.
-    suffix = f".from{self.purge_step or 0}" + (f".{self.segments:05d}" if self.segments else "")
-    return tensorboardX.SummaryWriter(str(self.events.local), purge_step=purge_step, filename_suffix=suffix)
+  @property
+  def summary(self) -> tensorboardX.SummaryWriter | None:
+    """The open event file (None off process 0), opened at its first use: a bucket run's
+    segment after a checkpoint with nothing written since leaves no empty file."""
+    if self.events and self._summary is None:
+      # Event files are named by the second they were opened in; the suffix keeps a quick
+      # resume (or a bucket run's next segment) from overwriting an earlier file.
+      suffix = f".from{self.purge_step or 0}" + (f".{self.segments:05d}" if self.segments else "")
+      self._summary = tensorboardX.SummaryWriter(str(self.events.local), filename_suffix=suffix,
+                                                 purge_step=None if self.segments else self.purge_step)
+    return self._summary
 
   def scalars(self, step: int, values: dict):
     if self.summary:
@@ -57,16 +62,17 @@ class Writer:
 
   def sync(self):
     """A bucket workdir gets everything written so far: the event file is closed (tensorboardX's
-    flush leaves queued events unwritten), uploaded, and the next one opened. Locally a no-op."""
-    if self.summary and self.events.remote:
-      self.summary.close()
+    flush leaves queued events unwritten) and uploaded; the next write opens the next one.
+    Locally a no-op."""
+    if self._summary and self.events.remote:
+      self._summary.close()
       self.events.push()
-      self.segments += 1
-      self.summary = self._open(None)
+      self.segments, self._summary = self.segments + 1, None
 
   def close(self):
-    if self.summary:
-      self.summary.close()
+    if self._summary:
+      self._summary.close()
+    if self.events:
       self.events.close()
 
 
