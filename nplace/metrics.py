@@ -1,7 +1,9 @@
 """Reporting a run: TensorBoard event files, the console progress line, loss-spike counting."""
 import collections
+import concurrent.futures
 import math
 import sys
+import threading
 import time
 
 import numpy as np
@@ -33,22 +35,37 @@ class Writer:
   """
 
   def __init__(self, logdir, purge_step: int | None, active: bool):
-    self.events, self._summary = None, None
+    self.events, self._summary, self._background, self._pending = None, None, None, []
     self.purge_step, self.segments = purge_step, 0
+    self._opening = threading.Lock()
     if active:
       self.events = workdirs.EventSync(workdirs.resolve(logdir))
+      self._background = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nplace-writer")
 
   @property
   def summary(self) -> tensorboardX.SummaryWriter | None:
     """The open event file (None off process 0), opened at its first use: a bucket run's
     segment after a checkpoint with nothing written since leaves no empty file."""
-    if self.events and self._summary is None:
-      # Event files are named by the second they were opened in; the suffix keeps a quick
-      # resume (or a bucket run's next segment) from overwriting an earlier file.
-      suffix = f".from{self.purge_step or 0}" + (f".{self.segments:05d}" if self.segments else "")
-      self._summary = tensorboardX.SummaryWriter(str(self.events.local), filename_suffix=suffix,
-                                                 purge_step=None if self.segments else self.purge_step)
-    return self._summary
+    with self._opening:  # `later` writes from another thread
+      if self.events and self._summary is None:
+        # Event files are named by the second they were opened in; the suffix keeps a quick
+        # resume (or a bucket run's next segment) from overwriting an earlier file.
+        suffix = f".from{self.purge_step or 0}" + (f".{self.segments:05d}" if self.segments else "")
+        self._summary = tensorboardX.SummaryWriter(str(self.events.local), filename_suffix=suffix,
+                                                   purge_step=None if self.segments else self.purge_step)
+      return self._summary
+
+  def later(self, write) -> None:
+    """Runs write() on the writer's one background thread, in order (probe images render
+    there, off the train loop); `sync` and `close` wait for it, and re-raise its errors."""
+    for future in [f for f in self._pending if f.done()]:
+      future.result()
+    self._pending = [f for f in self._pending if not f.done()] + [self._background.submit(write)]
+
+  def _finish_later(self):
+    for future in self._pending:
+      future.result()
+    self._pending = []
 
   def scalars(self, step: int, values: dict):
     if self.summary:
@@ -64,12 +81,17 @@ class Writer:
     """A bucket workdir gets everything written so far: the event file is closed (tensorboardX's
     flush leaves queued events unwritten) and uploaded; the next write opens the next one.
     Locally a no-op."""
+    if self.events and self.events.remote:
+      self._finish_later()
     if self._summary and self.events.remote:
       self._summary.close()
       self.events.push()
       self.segments, self._summary = self.segments + 1, None
 
   def close(self):
+    if self._background:
+      self._finish_later()
+      self._background.shutdown()
     if self._summary:
       self._summary.close()
     if self.events:

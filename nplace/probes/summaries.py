@@ -79,14 +79,13 @@ class ProbeWriter:
       if finite.size:
         self.writer.summary.add_histogram(f"probe_hist/{name}", finite, step)
       curve, label = curves.get(name, (None, None))
-      self._image(f"probe_profile/{name}", plots.profile(name, values, kind, curve, label, step), step)
+      self._image(f"probe_profile/{name}", step, plots.profile, name, values, kind, curve, label, step)
       if name in self.history:
         steps, rows = self.history[name]
         steps.append(step)
         rows.append(values)
-        self._image(f"probe_heatmap/{name}",
-                    plots.heatmap(name, np.array(steps), np.stack(rows), kind,
-                                  catalog.labels(kind, len(values))), step)
+        self._image(f"probe_heatmap/{name}", step, plots.heatmap, name, np.array(steps), np.stack(rows),
+                    kind, catalog.labels(kind, len(values)))
 
   def _start(self, step, results):
     """History of the earlier steps from the event files; the layout, once per process."""
@@ -99,5 +98,8 @@ class ProbeWriter:
         self.history[name] = ([int(h.steps[i]) for i in keep], [h.values[i] for i in keep])
     self.writer.summary.add_custom_scalars(layout(results))
 
-  def _image(self, tag_, fig, step):
-    self.writer.summary.add_image(tag_, plots.to_rgb(fig), step, dataformats="HWC")
+  def _image(self, tag_, step, figure, *args):
+    """figure(*args) drawn and written on the writer's background thread: the drawing costs
+    more than the probe suite (~0.2 s an image), and the train loop need not wait for it."""
+    self.writer.later(lambda: self.writer.summary.add_image(tag_, plots.to_rgb(figure(*args)), step,
+                                                            dataformats="HWC"))
