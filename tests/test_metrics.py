@@ -1,7 +1,10 @@
 """Run reporting: spike counting, the progress bar (or lines), the event-file writer."""
+import functools
 import io
+import threading
 
 import numpy as np
+import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from nplace import metrics
@@ -60,3 +63,31 @@ def test_writer_purges_steps_rewritten_after_a_resume(tmp_path):
       (1, 1), (2, 2), (3, 3), (4, 4), (5, 50), (6, 60), (7, 70), (8, 80), (9, 90)]
   assert "perf/mfu" not in acc.Tags()["scalars"]
   assert not list(tmp_path.glob("x*")) and metrics.Writer(tmp_path / "x", None, active=False).summary is None
+
+
+def test_later_writes_run_in_order_off_the_caller_and_close_waits_for_them(tmp_path):
+  writer = metrics.Writer(tmp_path, purge_step=None, active=True)
+  release, threads = threading.Event(), set()
+
+  def slow_write(step):
+    release.wait(timeout=30)
+    threads.add(threading.current_thread().name)
+    writer.summary.add_scalar("probe/x", float(step), step)
+
+  for step in (1, 2, 3):
+    writer.later(functools.partial(slow_write, step))
+  writer.scalars(4, {"train/loss": 1.0})
+  assert not threads  # the caller was not held up by the pending writes
+  release.set()
+  writer.close()
+  acc = event_accumulator.EventAccumulator(str(tmp_path))
+  acc.Reload()
+  assert [e.step for e in acc.Scalars("probe/x")] == [1, 2, 3]
+  assert threads and threading.current_thread().name not in threads
+
+
+def test_a_failed_later_write_is_raised_at_close(tmp_path):
+  writer = metrics.Writer(tmp_path, purge_step=None, active=True)
+  writer.later(lambda: 1 / 0)
+  with pytest.raises(ZeroDivisionError):
+    writer.close()
