@@ -58,9 +58,13 @@ class Writer:
   def later(self, write) -> None:
     """Runs write() on the writer's one background thread, in order (probe images render
     there, off the train loop); `sync` and `close` wait for it, and re-raise its errors."""
-    for future in [f for f in self._pending if f.done()]:
-      future.result()
-    self._pending = [f for f in self._pending if not f.done()] + [self._background.submit(write)]
+    pending = []
+    for future in self._pending:  # one pass: a write that fails between two would go unseen
+      if future.done():
+        future.result()
+      else:
+        pending.append(future)
+    self._pending = pending + [self._background.submit(write)]
 
   def _finish_later(self):
     for future in self._pending:
@@ -81,9 +85,10 @@ class Writer:
     """A bucket workdir gets everything written so far: the event file is closed (tensorboardX's
     flush leaves queued events unwritten) and uploaded; the next write opens the next one.
     Locally a no-op."""
-    if self.events and self.events.remote:
-      self._finish_later()
-    if self._summary and self.events.remote:
+    if not (self.events and self.events.remote):
+      return
+    self._finish_later()
+    if self._summary:
       self._summary.close()
       self.events.push()
       self.segments, self._summary = self.segments + 1, None
