@@ -4,7 +4,6 @@ DIR/<trial>/. Finished trials (completed, diverged) are skipped on a rerun, an i
 resumes from its checkpoint, a failing one is recorded and the sweep goes on; DIR/sweep.json is
 rewritten atomically after every trial."""
 import json
-import os
 import pathlib
 import re
 import sys

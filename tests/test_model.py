@@ -9,7 +9,6 @@ import pytest
 
 from nplace import model
 from nplace.lab_checks import scale_outputs
-from nplace.config import PLACEMENTS
 import reference
 
 CLASSIC = ("post", "pre", "peri")
