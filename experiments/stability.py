@@ -10,6 +10,8 @@
 `nplace sweep --config experiments/stability.py:cpu --workdir runs/stability` runs a grid;
 `nplace report runs/stability --out ...` tabulates it (failure kinds: nplace/outcomes.py).
 """
+import ml_collections
+
 from nplace.config import base_config
 
 
@@ -36,7 +38,7 @@ CPU_SCAN_LRS = (1e-3, 3e-3, 1e-2, 3e-2)
 PAPER_SCAN_LRS = (3e-4, 6e-4, 1.2e-3, 2.4e-3)
 
 
-def _cpu() -> "ml_collections.ConfigDict":
+def _cpu() -> ml_collections.ConfigDict:
   """12 layers of width 64: deep enough for Pre-LN's stream to grow, ~40 s a trial on 2 cores."""
   c = base_config()
   c.model.update(vocab_size=512, max_len=64, n_layer=12, n_head=4, d_model=64, remat="none")
@@ -48,7 +50,7 @@ def _cpu() -> "ml_collections.ConfigDict":
   return c
 
 
-def _paper(size: str) -> "ml_collections.ConfigDict":
+def _paper(size: str) -> ml_collections.ConfigDict:
   """GPT-2 SIZE on OpenWebText with nanoGPT's recipe (SCIENCE.md, reference numbers):
   0.5M-token batches, lr 6e-4 cosine to 6e-5, warmup 2000, AdamW (0.9, 0.95), clip 1."""
   from nplace.config import experiment

@@ -23,6 +23,7 @@ MLPS = ("gelu", "swiglu")
 INITS = ("gpt2", "normal", "variance_preserving")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 DTYPES = ("float32", "bfloat16")
+IMAGE_SCHEDULES = ("log", "all", "none")
 
 
 class ConfigError(ValueError):
@@ -78,6 +79,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.synthetic_seed = 0  # seed of the language and of its samples
   c.probe = ml_collections.ConfigDict()
   c.probe.every = 0  # run the probe suite every N train steps (and at step 0); 0 = off
+  c.probe.images = "log"  # probe steps that also draw images: log (0, every x 2^k, last), all, none
   c.probe.batch_size = 4  # held-out sequences the probe suite runs on
   c.probe.hutchinson_probes = 4  # Gaussian probes per Hutchinson estimate of a Jacobian's Frobenius norm
   c.probe.power_iters = 10  # power iterations (J^T J v) per spectral-norm estimate; 0 = skip (costs O(L^2))
@@ -251,6 +253,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
 def _validate_probe(p) -> None:
   if p.every < 0:
     raise ConfigError("probe.every", p.every, "must be >= 0 (0 = off)")
+  if p.images not in IMAGE_SCHEDULES:
+    raise ConfigError("probe.images", p.images, f"must be one of {', '.join(IMAGE_SCHEDULES)}")
   for key in ("batch_size", "hutchinson_probes", "spectral_batch"):
     _positive(f"probe.{key}", p[key])
   if p.power_iters < 0:

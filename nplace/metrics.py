@@ -10,7 +10,7 @@ import numpy as np
 import tensorboardX
 import tqdm
 
-from nplace import workdirs
+from nplace import drawing, workdirs
 
 # Peak dense bf16 FLOP/s per device, for perf/mfu when train.peak_flops is not set.
 PEAK_FLOPS = {
@@ -36,6 +36,7 @@ class Writer:
 
   def __init__(self, logdir, purge_step: int | None, active: bool):
     self.events, self._summary, self._background, self._pending = None, None, None, []
+    self._drawer = drawing.Drawer()
     self.purge_step, self.segments = purge_step, 0
     self._opening = threading.Lock()
     if active:
@@ -56,8 +57,9 @@ class Writer:
       return self._summary
 
   def later(self, write) -> None:
-    """Runs write() on the writer's one background thread, in order (probe images render
-    there, off the train loop); `sync` and `close` wait for it, and re-raise its errors."""
+    """Runs write() on the writer's one background thread, in order (probe images wait for
+    the drawing process there, off the train loop); `sync` and `close` wait for it, and
+    re-raise its errors."""
     pending = []
     for future in self._pending:  # one pass: a write that fails between two would go unseen
       if future.done():
@@ -65,6 +67,11 @@ class Writer:
       else:
         pending.append(future)
     self._pending = pending + [self._background.submit(write)]
+
+  def image(self, tag: str, step: int, figure, *args) -> None:
+    """figure(*args) (a function of nplace.plots) drawn by the drawing process and written as
+    an image, in order, off the caller (`later`)."""
+    self.later(lambda: self.summary.add_image(tag, self._drawer.rgb(figure, *args), step, dataformats="HWC"))
 
   def _finish_later(self):
     for future in self._pending:
@@ -95,8 +102,11 @@ class Writer:
 
   def close(self):
     if self._background:
-      self._finish_later()
-      self._background.shutdown()
+      try:
+        self._finish_later()
+      finally:
+        self._background.shutdown()
+        self._drawer.close()
     if self._summary:
       self._summary.close()
     if self.events:

@@ -38,6 +38,7 @@ def run_main(capsys, *argv):
     ("--config.model.vocab_size=0", "model.vocab_size"),
     ("--config.model.d_ff=0", "model.d_ff"),
     ("--config.train.batch_size=0", "train.batch_size"),
+    ("--config.probe.images=some", "probe.images"),
     ("--config.model.bogus=1", "bogus"),
     ("--config.model.n_layer=abc", "model.n_layer"),
 ])

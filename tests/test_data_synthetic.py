@@ -8,7 +8,7 @@ from nplace.data import synthetic
 
 def dense_next_KV(chain):
   """p(next | key) as a dense table, from the chain's raw parameters."""
-  K, V = len(chain.succ_KM), chain.vocab
+  K = len(chain.succ_KM)
   table_KV = np.tile(synthetic.RESTART * chain.zipf_V, (K, 1))
   np.add.at(table_KV, (np.arange(K)[:, None], chain.succ_KM),
             (1 - synthetic.RESTART) * chain.count_KM / synthetic.TABLE)

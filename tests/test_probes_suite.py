@@ -1,4 +1,5 @@
-"""The suite end to end through `nplace probe`, and its TensorBoard summaries as the\nTensorBoard server shows them (probe_run, tensorboard_api: conftest)."""
+"""The suite end to end through `nplace probe`, and its TensorBoard summaries as the
+TensorBoard server shows them (probe_run, tensorboard_api: conftest)."""
 import io
 import json
 import pathlib
@@ -7,6 +8,7 @@ import urllib.parse
 import numpy as np
 import pytest
 from PIL import Image
+from tensorboard.backend.event_processing import event_accumulator
 
 from nplace import cli, events, metrics, plots
 from nplace.probes import catalog, summaries
@@ -94,6 +96,7 @@ def test_custom_scalars_one_chart_per_probe_with_all_its_layers(tensorboard_api)
 
 def test_resumed_run_heatmap_keeps_the_history(tmp_path):
   config = tiny_config(placement="post", n_layer=3)
+  config.probe.every, config.probe.images = 1, "none"
   result = lambda step: {"similarity": np.full(3, 0.1 * step), "loss": np.array([4.0 - step])}
   writer = metrics.Writer(tmp_path, purge_step=None, active=True)
   first = summaries.ProbeWriter(writer, config)
@@ -108,6 +111,34 @@ def test_resumed_run_heatmap_keeps_the_history(tmp_path):
   steps, rows = resumed.history["similarity"]
   assert steps == [0, 1, 2, 3, 4] and np.allclose([r[0] for r in rows], [0.0, 0.1, 0.2, 0.3, 0.4])
   assert events.read_probe_history(tmp_path)["similarity"].steps.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_log_image_schedule_draws_at_doublings_and_the_last_step_and_keeps_every_heatmap_row(tmp_path):
+  config = tiny_config(placement="post", n_layer=3)
+  config.probe.every, config.train.steps = 10, 70
+  assert [s for s in range(0, 71, 10) if summaries.draws_images(config.probe, s, 70)] == [0, 10, 20, 40, 70]
+  config.probe.every, config.train.steps = 1, 5
+  writer = metrics.Writer(tmp_path, purge_step=None, active=True)
+  probe_writer = summaries.ProbeWriter(writer, config)
+  for step in range(6):
+    probe_writer.write(step, {"similarity": np.full(3, 0.1 * step), "loss": np.array([4.0 - step])})
+  writer.close()
+  acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"images": 0})
+  acc.Reload()
+  assert [e.step for e in acc.Images("probe_heatmap/similarity")] == [0, 1, 2, 4, 5]
+  assert [e.step for e in acc.Images("probe_profile/similarity")] == [0, 1, 2, 4, 5]
+  assert probe_writer.history["similarity"][0] == [0, 1, 2, 3, 4, 5]
+  for schedule, steps in (("all", [0, 1, 2, 3]), ("none", [])):
+    config.probe.images, run = schedule, tmp_path / schedule
+    writer = metrics.Writer(run, purge_step=None, active=True)
+    probe_writer = summaries.ProbeWriter(writer, config)
+    for step in range(4):
+      probe_writer.write(step, {"similarity": np.full(3, 0.1 * step)})
+    writer.close()
+    acc = event_accumulator.EventAccumulator(str(run), size_guidance={"images": 0})
+    acc.Reload()
+    drawn = acc.Images("probe_profile/similarity") if acc.Tags()["images"] else []
+    assert [e.step for e in drawn] == steps
 
 
 def test_theory_curves_need_a_norm():

@@ -4,7 +4,8 @@
   `probe/<name>/attn_NNN` and `probe/<name>/mlp_NNN` (norm sites of layer NNN), plain
   `probe/<name>` for one-value probes; theory curves never become scalars;
 - images `probe_profile/<name>` (the probe over layers at this step, theory in red) and
-  `probe_heatmap/<name>` (layer x step over the run so far, for catalog.HEATMAPS);
+  `probe_heatmap/<name>` (layer x step over the run so far, for catalog.HEATMAPS), at the
+  probe steps `draws_images` picks;
 - histograms `probe_hist/<name>` (the values over layers);
 - a custom-scalars layout: one multi-line chart per probe holding all its layers.
 One-value probes get no image or histogram: their scalar chart over steps says it all.
@@ -22,6 +23,16 @@ CATEGORIES = {"block": "probes per layer", "source": "probes per source layer of
 def tag(name: str, label: str) -> str:
   """The scalar tag of one value of a probe (label "" for a one-value probe)."""
   return f"probe/{name}/{label}" if label else f"probe/{name}"
+
+
+def draws_images(probe, step: int, last_step: int) -> bool:
+  """Whether probe step `step` also draws images (probe.images). "log": step 0, the probe
+  steps every x 2^k and the run's last step: TensorBoard keeps 10 images per tag by default,
+  which a log-spaced series fills over a long run, and drawing costs ~0.1 CPU-s an image."""
+  if probe.images != "log":
+    return probe.images == "all"
+  n = step // probe.every
+  return step == last_step or n & (n - 1) == 0
 
 
 def theory_curves(config, results, step: int) -> dict:
@@ -67,6 +78,7 @@ class ProbeWriter:
     if self.history is None:
       self._start(step, results)
     curves = theory_curves(self.config, results, step)
+    images = draws_images(self.config.probe, step, self.config.train.steps)
     for name, values in results.items():
       if name.endswith(THEORY_SUFFIX):
         continue
@@ -78,14 +90,17 @@ class ProbeWriter:
       finite = values[np.isfinite(values)]
       if finite.size:
         self.writer.summary.add_histogram(f"probe_hist/{name}", finite, step)
-      curve, label = curves.get(name, (None, None))
-      self._image(f"probe_profile/{name}", step, plots.profile, name, values, kind, curve, label, step)
       if name in self.history:
         steps, rows = self.history[name]
         steps.append(step)
         rows.append(values)
-        self._image(f"probe_heatmap/{name}", step, plots.heatmap, name, np.array(steps), np.stack(rows),
-                    kind, catalog.labels(kind, len(values)))
+      if not images:
+        continue
+      curve, label = curves.get(name, (None, None))
+      self.writer.image(f"probe_profile/{name}", step, plots.profile, name, values, kind, curve, label, step)
+      if name in self.history:
+        self.writer.image(f"probe_heatmap/{name}", step, plots.heatmap, name, np.array(steps), np.stack(rows),
+                          kind, catalog.labels(kind, len(values)))
 
   def _start(self, step, results):
     """History of the earlier steps from the event files; the layout, once per process."""
@@ -97,9 +112,3 @@ class ProbeWriter:
         keep = [] if h is None or h.values.shape[1] != results[name].size else np.flatnonzero(h.steps < step)
         self.history[name] = ([int(h.steps[i]) for i in keep], [h.values[i] for i in keep])
     self.writer.summary.add_custom_scalars(layout(results))
-
-  def _image(self, tag_, step, figure, *args):
-    """figure(*args) drawn and written on the writer's background thread: the drawing costs
-    more than the probe suite (~0.2 s an image), and the train loop need not wait for it."""
-    self.writer.later(lambda: self.writer.summary.add_image(tag_, plots.to_rgb(figure(*args)), step,
-                                                            dataformats="HWC"))

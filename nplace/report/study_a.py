@@ -49,8 +49,8 @@ def unfinished(runs) -> str:
 
 def section(page, source, key: str) -> str:
   done = runs_lib.finished(source.runs)
-  parts = [f"Failure kinds are defined in `nplace/outcomes.py`; a run can show several, "
-           f"`failed` counts runs with any. Metrics: mean ± std over seeds, nonfinite runs left out.",
+  parts = ["Failure kinds are defined in `nplace/outcomes.py`; a run can show several, "
+           "`failed` counts runs with any. Metrics: mean ± std over seeds, nonfinite runs left out.",
            failure_table(page, done) if done else "(no finished trials)", unfinished(source.runs),
            generic.run_table(page, source.runs), generic.loss_curves(page, done, key),
            markdown.commands(source.runs)]
