@@ -4,7 +4,7 @@ import time
 
 import jax
 
-from nplace import sharding, train_state
+from nplace import host_memory, sharding, train_state
 from nplace.config import experiment, validate
 
 # name -> (experiment, model overrides): the shapes issue 11 measures
@@ -25,7 +25,10 @@ def workload_config(name, placement, **model_overrides):
 
 
 def compiled_step(config):
-  """(state, step): `nplace train`'s jitted step and a fresh state, on this host's mesh."""
+  """(state, step): `nplace train`'s jitted step and a fresh state, on this host's mesh, with
+  its host memory setting (which counts only if this is the process's first device use)."""
+  if config.train.reuse_host_memory:
+    host_memory.keep_freed_memory()
   mesh = sharding.make_mesh(config.mesh)
   shardings = train_state.shardings(config, mesh)
   step, _ = train_state.compile_steps(config, mesh, shardings)

@@ -113,6 +113,7 @@ def train_config() -> ml_collections.ConfigDict:
   t.spike_window = 50  # steps in the rolling window of the loss-spike detector
   t.spike_zscore = 4.0  # a loss this many standard deviations above the window mean is a spike
   t.peak_flops = config_dict.placeholder(float)  # peak FLOP/s per device for perf/mfu; None = device table
+  t.reuse_host_memory = True  # glibc malloc keeps freed host memory (nplace/host_memory.py): ~15% faster CPU steps, higher resident set
   t.profile_steps = config_dict.placeholder(str)  # "START,STOP": jax.profiler trace of steps START..STOP (inclusive) into <workdir>/plugins/profile; None = off
   return t
 

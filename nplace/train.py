@@ -11,7 +11,8 @@ import signal
 import jax
 from absl import flags
 
-from nplace import checkpoint, data, evaluation, hooks, metrics, sharding, train_state, workdirs
+from nplace import (checkpoint, data, evaluation, hooks, host_memory, metrics, sharding, train_state,
+                    workdirs)
 from nplace.config import ConfigError
 from nplace.info import model_info
 from nplace.outcomes import collapsed
@@ -59,6 +60,8 @@ def _announce(progress, workdir, config, evaluator):
 def train(config, workdir) -> dict:
   """Trains (or resumes) in `workdir`; returns what it writes to `workdir/summary.json`."""
   workdir = workdirs.resolve(workdir)
+  if config.train.reuse_host_memory:  # before the backend starts, or it has no effect
+    host_memory.keep_freed_memory()
   initialize_distributed(config.distributed)
   mesh = sharding.make_mesh(config.mesh)
   n_proc, is_main = jax.process_count(), jax.process_index() == 0
