@@ -2,12 +2,10 @@
 
 matplotlib spends ~0.1 s of CPU per figure, holding the GIL throughout; the 25 probe images
 of a probe step, drawn on a thread beside the train loop, slowed a CPU run by 18%. A child
-under SCHED_IDLE (Linux; nice 19 elsewhere) draws with the cycles the train step leaves idle,
-and never holds the train loop's GIL. SCHED_IDLE rather than nice 19 alone: beside an endless
-drawing loop a 2-core CPU step slowed ~30% at nice 19, ~10% under SCHED_IDLE. A plain
-subprocess reading pickled requests on its stdin, not multiprocessing: spawn and forkserver
-re-run the parent's `__main__`, so an unguarded user script calling `nplace.train.train` would
-start training again in the child.
+at nice 19 draws with the cycles the train step leaves idle, and never holds the train
+loop's GIL. A plain subprocess reading pickled requests on its stdin, not multiprocessing:
+spawn and forkserver re-run the parent's `__main__`, so an unguarded user script calling
+`nplace.train.train` would start training again in the child.
 """
 import os
 import pickle
@@ -48,14 +46,8 @@ class Drawer:
       self._child = None
 
 
-def _lowest_priority():
-  os.nice(19)
-  if hasattr(os, "SCHED_IDLE"):  # runs only when a CPU would otherwise idle
-    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-
-
 def _serve():
-  _lowest_priority()
+  os.nice(19)
   from nplace import plots
   requests, replies = sys.stdin.buffer, sys.stdout.buffer
   sys.stdout = sys.stderr  # a print in drawing code must not corrupt the replies
