@@ -10,9 +10,9 @@ nplace.train_state, all cores), torch eager at 2 threads and at 1 thread
 about `--seconds` on the same fixed random batch, one after the other, so they never share
 the CPU; the ratios are nplace / torch (2 threads, 1 thread) per round, reported as the
 median over rounds (min..max). The nplace worker runs as `nplace train` does, with
-`train.reuse_host_memory` (glibc keeps freed memory); torch keeps glibc's defaults, with
-which its step measured no slower. Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace info`), as a
-share of a float32 matmul peak measured in the nplace worker in the same run.
+`train.reuse_host_memory` (glibc keeps freed memory); torch keeps glibc's defaults (its
+step was no faster with the same settings). Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace
+info`), as a share of a float32 matmul peak measured in the nplace worker in the same run.
 """
 import argparse
 import math
