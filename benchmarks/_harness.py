@@ -4,8 +4,9 @@ import time
 
 import jax
 
-from nplace import host_memory, sharding, train_state
+from nplace import sharding, train_state
 from nplace.config import experiment, validate
+from nplace.train import prepare_process
 
 # name -> (experiment, model overrides): the shapes issue 11 measures
 WORKLOADS = {
@@ -25,10 +26,9 @@ def workload_config(name, placement, **model_overrides):
 
 
 def compiled_step(config):
-  """(state, step): `nplace train`'s jitted step and a fresh state, on this host's mesh, with
-  its host memory setting (which counts only if this is the process's first device use)."""
-  if config.train.reuse_host_memory:
-    host_memory.keep_freed_memory()
+  """(state, step): `nplace train`'s jitted step and a fresh state, on this host's mesh, in a
+  process prepared as it prepares one (which counts only before the first device use)."""
+  prepare_process(config)
   mesh = sharding.make_mesh(config.mesh)
   shardings = train_state.shardings(config, mesh)
   step, _ = train_state.compile_steps(config, mesh, shardings)

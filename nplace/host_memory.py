@@ -7,7 +7,7 @@ time in a 250 ms step of `experiments/tiny.py` on a 2-core CPU. Keeping freed me
 heap removes that, at the price of a higher resident set (see BUILD_NOTES, issue 11).
 """
 import ctypes
-import sys
+import platform
 
 # mallopt parameters, from glibc's <malloc.h>
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
@@ -21,11 +21,7 @@ def keep_freed_memory() -> bool:
   have), so call it before anything touches a device. Returns whether it was applied: False
   where the C library is not glibc (macOS, musl), which then keeps its own behaviour.
   """
-  if not sys.platform.startswith("linux"):
+  if platform.libc_ver()[0] != "glibc":
     return False
-  try:
-    libc = ctypes.CDLL("libc.so.6")
-    libc.gnu_get_libc_version  # noqa: B018 -- only glibc has it
-  except (OSError, AttributeError):
-    return False
+  libc = ctypes.CDLL("libc.so.6")
   return all(libc.mallopt(param, value) == 1 for param, value in _SETTINGS)

@@ -18,8 +18,12 @@ from nplace.info import model_info
 from nplace.outcomes import collapsed
 
 
-def initialize_distributed(d) -> None:
-  """jax.distributed for multi-process runs; must run before anything touches a device."""
+def prepare_process(config) -> None:
+  """What must run before anything touches a device: the host memory setting, then
+  jax.distributed for multi-process runs."""
+  if config.train.reuse_host_memory:
+    host_memory.keep_freed_memory()
+  d = config.distributed
   if not d.initialize:
     return
   # CPU processes need a collectives backend; TPU and GPU ignore this setting.
@@ -60,9 +64,7 @@ def _announce(progress, workdir, config, evaluator):
 def train(config, workdir) -> dict:
   """Trains (or resumes) in `workdir`; returns what it writes to `workdir/summary.json`."""
   workdir = workdirs.resolve(workdir)
-  if config.train.reuse_host_memory:  # before the backend starts, or it has no effect
-    host_memory.keep_freed_memory()
-  initialize_distributed(config.distributed)
+  prepare_process(config)
   mesh = sharding.make_mesh(config.mesh)
   n_proc, is_main = jax.process_count(), jax.process_index() == 0
   if config.train.batch_size % n_proc:
