@@ -50,7 +50,7 @@ def model_config() -> ml_collections.ConfigDict:
   m.embed_norm = False  # a norm on the embedding output (Peri-LN paper's option)
   m.dt = 1.0  # residual step: h + dt * branch
   m.attention = "softmax"  # softmax | centered (softmax minus the prefix average; study B ablation)
-  m.attention_impl = "auto"  # xla (einsum; sows the probabilities) | dot_product (fused: cuDNN on GPU, splash on TPU) | auto (dot_product on GPU/TPU unless centered; einsum on CPU, where it is faster)
+  m.attention_impl = "auto"  # xla (einsum; sows the probabilities) | dot_product (fused: cuDNN on GPU, splash on TPU, causal halves on CPU) | auto (dot_product unless centered)
   m.mlp = "gelu"  # gelu (GPT-2, tanh approximation) | swiglu
   m.use_bias = True  # biases in the linear layers (GPT-2 has them)
   m.init = "gpt2"  # gpt2 | normal | variance_preserving

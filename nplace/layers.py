@@ -114,16 +114,10 @@ class Attention(nn.Module):
 
   def _probabilities_times_values(self, q_BTHK, k_BSHK, v_BSHK):
     """The einsum path: the probabilities are materialised and sown (the probes read them)."""
-    T, K = q_BTHK.shape[1], q_BTHK.shape[-1]
-    logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK) / math.sqrt(K)
-    causal_TS = jnp.tril(jnp.ones((T, T), bool))
-    logits_BHTS = jnp.where(causal_TS, logits_BHTS.astype(jnp.float32), -jnp.inf)
-    with jax.softmax_custom_jvp(True):  # the backward keeps the probabilities, not exp(logits) too
-      probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1)
-    probs_BHTS = constrain(probs_BHTS, ("batch", "act_heads", "length", None))
+    probs_BHTS = constrain(fused_attention.causal_probabilities(q_BTHK, k_BSHK), ("batch", "act_heads", "length", None))
     self.sow("intermediates", "probs", probs_BHTS)
     if self.cfg.attention == "centered":
-      probs_BHTS = probs_BHTS - cesaro(T)
+      probs_BHTS = probs_BHTS - cesaro(q_BTHK.shape[1])
     return constrain(jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(self.cfg.dtype), v_BSHK), HEADS)
 
 

@@ -17,8 +17,11 @@ from matplotlib.figure import Figure
 from nplace.probes import catalog
 
 WIDTH, HEIGHT, DPI = 480, 320, 100
+# axes.titley fixed: left unset, matplotlib measures every tick label to place the title
+# (~7% of a figure's drawing time; the pixels are the same here, with no ticks on top)
 STYLE = {"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fontsize": 10,
-         "xtick.labelsize": 11, "ytick.labelsize": 11, "axes.grid": True, "grid.alpha": 0.3}
+         "xtick.labelsize": 11, "ytick.labelsize": 11, "axes.grid": True, "grid.alpha": 0.3,
+         "axes.titley": 1.0}
 MEASURED, THEORY = "tab:blue", "tab:red"
 SUBLAYERS = {"attn": ("attention", "tab:blue", "o"), "mlp": ("MLP", "tab:green", "s")}
 MARGINS = {"left": 0.17, "right": 0.97, "bottom": 0.16, "top": 0.9}  # fixed: a layout engine costs ~4x the drawing
