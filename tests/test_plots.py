@@ -87,6 +87,29 @@ def test_curves_with_reference_lines():
   assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) == ("step", "loss (nats)", "loss")
 
 
+@pytest.mark.parametrize("draw", [
+    lambda: plots.profile("grad_h", [0.5, 0.7, 0.6], "block"),  # log: a decade beyond either end
+    lambda: plots.profile("attention_entropy", [1.0, 2.5, 2.0], "block"),
+    lambda: plots.heatmap("rms", [0, 50, 100], np.full((3, 4), 3.0), "block", catalog.labels("block", 4)),
+])
+def test_ticks_are_built_in_view_only_and_the_pixels_stay_the_same(draw):
+  fig = draw()
+  pixels = plots.to_rgb(fig)
+  axes = [axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)]
+  beyond = 0
+  for axis in axes:
+    lo, hi = sorted(axis.get_view_interval())
+    major, minor = axis.get_major_locator(), axis.get_minor_locator()
+    for locator in (major, minor):
+      inside, everywhere = np.asarray(locator()), np.asarray(locator.locator())
+      assert np.all((inside >= lo - 1e-9 * (hi - lo)) & (inside <= hi + 1e-9 * (hi - lo)))
+      beyond += everywhere.size - inside.size
+    axis.set_major_locator(major.locator)  # back to matplotlib's own
+    axis.set_minor_locator(minor.locator)
+  assert beyond > 0  # the wrapped locators did return ticks outside the view
+  np.testing.assert_array_equal(plots.to_rgb(fig), pixels)
+
+
 def test_plot_command_compares_a_run_and_a_probe_json(probe_run, tmp_path, capsys):
   probed = tmp_path / "init.json"
   probed.write_text(json.dumps({"similarity": [0.05, 0.2], "placement": "post", "n_layer": 2, "step": 0}))
