@@ -8,9 +8,7 @@ The step is the trainer's own (nplace.train_state) on experiments/tiny.py's conf
 runs on probe.batch_size held-out sequences. The run comparison calls `nplace.train.train`
 on the synthetic source, alternating probes off and on, and compares the median tokens/s
 (compilation excluded: the suite compiles before the first step, the train step's compile
-is the excluded first step). It also gives a drift-free figure: each run's wall time over
-what its steps would take at the run's own median `perf/step_time` (the probe steps, and
-the steps slowed while their images are drawn, sit above that median), probes on over off.
+is the excluded first step).
 """
 import sys
 import tempfile
@@ -20,7 +18,6 @@ import jax
 import numpy as np
 from absl import flags
 
-from nplace import events
 from nplace.cli import parse_flags
 from nplace.config import experiment, validate
 from nplace.probes import command, suite
@@ -51,34 +48,19 @@ def call_cost(config, repeats):
         f"{probe_s / step_s:.2f} train steps (every 50 steps: +{100 * probe_s / step_s / 50:.1f}% expected)")
 
 
-def over_median_step(workdir, tokens_per_sec, tokens_per_step):
-  """How much slower a run went than its own median step: the rate its median logged
-  `perf/step_time` gives over the rate it got (everything from the first step's end until
-  `train` returns: probes, evaluations, checkpoints, the images it waits for at the end)."""
-  _, step_time = events.read_scalars(workdir)["perf/step_time"]
-  return tokens_per_step / (tokens_per_sec * np.median(step_time))
-
-
 def run_overhead(config, steps, pairs):
   """`pairs` alternated training runs with probes off and every 50 steps; the slowdown of
-  the median rates (one run's rate swings ~10% on a shared CPU as the machine drifts), and
-  of the runs' wall time over their own median step (which drift does not move)."""
-  rates, excess = {0: [], 50: []}, {0: [], 50: []}
+  the median rates (one run's rate swings ~10% on a shared CPU as the machine drifts)."""
+  rates = {0: [], 50: []}
   for _ in range(pairs):
     for every in rates:
       config.probe.every, config.train.steps = every, steps
       with tempfile.TemporaryDirectory() as workdir:
         rates[every].append(train(config, workdir)["tokens_per_sec"])
-        excess[every].append(over_median_step(workdir, rates[every][-1],
-                                              config.train.batch_size * config.data.seq_len))
-      print(f"training run, {steps} steps, probes every {every or 'never'}: {rates[every][-1]:,.0f} tokens/s, "
-            f"wall time {excess[every][-1]:.3f}x its median step's")
+      print(f"training run, {steps} steps, probes every {every or 'never'}: {rates[every][-1]:,.0f} tokens/s")
   off, on = np.median(rates[0]), np.median(rates[50])
   print(f"median of {pairs} runs each: probes off {off:,.0f} tokens/s, every 50 {on:,.0f} tokens/s: "
         f"slowdown {100 * (off / on - 1):.1f}% (needs < 10%)")
-  in_run = [100 * (e_on / e_off - 1) for e_on, e_off in zip(excess[50], excess[0])]
-  print(f"over each run's median step, pairs {', '.join(f'{x:.1f}%' for x in in_run)}: "
-        f"median slowdown {np.median(in_run):.1f}% (needs < 10%)")
 
 
 def main():
