@@ -36,9 +36,10 @@ def _styled(draw):
   def wrapper(*args, **kwargs):
     with matplotlib.rc_context(STYLE):
       fig = draw(*args, **kwargs)
-    for axis in (axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)):
-      axis.set_major_locator(_InView(axis.get_major_locator()))
-      axis.set_minor_locator(_InView(axis.get_minor_locator()))
+    for ax in fig.axes:
+      for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(_InView(axis.get_major_locator()))
+        axis.set_minor_locator(_InView(axis.get_minor_locator()))
     return fig
   return wrapper
 

@@ -90,17 +90,18 @@ class ProbeWriter:
       finite = values[np.isfinite(values)]
       if finite.size:
         self.writer.summary.add_histogram(f"probe_hist/{name}", finite, step)
-      history = self.history.get(name)  # (steps, rows) of a heatmap probe
-      if history:
-        history[0].append(step)
-        history[1].append(values)
+      history = self.history.get(name)  # (steps, rows) of a heatmap probe; None for the rest
+      if history is not None:
+        steps, rows = history
+        steps.append(step)
+        rows.append(values)
       if not images:
         continue
       curve, label = curves.get(name, (None, None))
       self.writer.image(f"probe_profile/{name}", step, plots.profile, name, values, kind, curve, label, step)
-      if history:
-        self.writer.image(f"probe_heatmap/{name}", step, plots.heatmap, name, np.array(history[0]),
-                          np.stack(history[1]), kind, catalog.labels(kind, len(values)))
+      if history is not None:
+        self.writer.image(f"probe_heatmap/{name}", step, plots.heatmap, name, np.array(steps), np.stack(rows),
+                          kind, catalog.labels(kind, len(values)))
 
   def _start(self, step, results):
     """History of the earlier steps from the event files; the layout, once per process."""
