@@ -11,6 +11,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
+from nplace import backends
 from nplace.config import ConfigError, experiment_path, validate
 from nplace.data.errors import DataError
 
@@ -89,6 +90,7 @@ def main(argv=None):
   if not argv or argv[0] not in COMMANDS:
     print(USAGE, file=sys.stderr)
     return 2
+  backends.cpu_only_without_tpu()
   try:
     importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
   except (UsageError, ConfigError, DataError) as e:

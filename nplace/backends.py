@@ -1,0 +1,51 @@
+"""Which JAX backends a command may start: the CPU alone where libtpu is installed (the `aot`
+extra, for compiling against TPU topologies) but this machine has no TPU and no GPU plugin.
+
+JAX would end up on the CPU there anyway, but only after starting libtpu, which prints
+errors about TPU hosts it cannot find (jax-ml/jax#11668). A platform the user chose
+(JAX_PLATFORMS, jax_platforms) is left as it is.
+"""
+import glob
+import importlib.metadata
+import importlib.util
+import os
+import pkgutil
+
+import jax
+
+GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips; also Google's virtual NIC, so a GCE VM counts as maybe-TPU
+
+
+def tpu_may_be_present() -> bool:
+  """A Google PCI device (or a TPU device node) on this machine."""
+  if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
+    return True
+  for path in glob.glob("/sys/bus/pci/devices/*/vendor"):
+    try:
+      with open(path) as f:
+        if f.read().strip() == GOOGLE_PCI_VENDOR:
+          return True
+    except OSError:
+      continue
+  return False
+
+
+def gpu_plugin_installed() -> bool:
+  """A PJRT plugin (CUDA, ROCm, ...) JAX would try: a `jax_plugins` module or entry point."""
+  if importlib.metadata.entry_points(group="jax_plugins"):
+    return True
+  try:
+    import jax_plugins  # a namespace package holding the plugins; absent when none is installed
+  except ImportError:
+    return False
+  return any(pkgutil.iter_modules(jax_plugins.__path__))
+
+
+def cpu_only_without_tpu() -> bool:
+  """Restricts JAX to the CPU when libtpu could only fail here; True when it did."""
+  if os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms:
+    return False
+  if importlib.util.find_spec("libtpu") is None or tpu_may_be_present() or gpu_plugin_installed():
+    return False
+  jax.config.update("jax_platforms", "cpu")
+  return True

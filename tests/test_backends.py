@@ -1,0 +1,37 @@
+"""Commands on a machine with libtpu (the `aot` extra) and no TPU start on the CPU quietly."""
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from nplace import backends
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NPLACE = pathlib.Path(sys.executable).parent / "nplace"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None or backends.tpu_may_be_present()
+                    or backends.gpu_plugin_installed(), reason="needs libtpu, no TPU and no GPU plugin")
+def test_command_without_a_platform_starts_no_tpu_runtime():
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  done = subprocess.run([NPLACE, "info", "--config", str(ROOT / "experiments/tiny.py:pre")], env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0 and "params" in done.stdout, done.stderr
+  assert "TPU" not in done.stderr, done.stderr  # libtpu's start-up errors
+
+
+def test_a_platform_the_user_chose_is_kept(monkeypatch):
+  monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+  assert backends.cpu_only_without_tpu() is False
+
+
+def test_a_plugin_in_the_jax_plugins_namespace_counts(tmp_path, monkeypatch):
+  (tmp_path / "jax_plugins" / "some_gpu").mkdir(parents=True)
+  (tmp_path / "jax_plugins" / "some_gpu" / "__init__.py").write_text("")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  for name in [m for m in sys.modules if m.startswith("jax_plugins")]:
+    monkeypatch.delitem(sys.modules, name)
+  assert backends.gpu_plugin_installed()
