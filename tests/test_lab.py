@@ -30,7 +30,7 @@ SMALL = ["--depth", "2", "--width", "32", "--config.data.seq_len=8", "--config.p
 def scorecard(tmp_path_factory):
   """(stdout, --json contents) of the installed `nplace lab pre` on the small model."""
   tmp = tmp_path_factory.mktemp("lab")
-  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "jax"), JAX_PLATFORMS="cpu")
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
   done = subprocess.run([NPLACE, "lab", "pre", *SMALL, "--json", tmp / "lab.json"], env=env,
                         capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stdout + done.stderr

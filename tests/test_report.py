@@ -43,8 +43,7 @@ def get_sweep(arg="test"):  # Pre-LN at a learning rate that overflows in two st
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
   cache = tmp_path_factory.mktemp("cache")
-  return dict(os.environ, NPLACE_CACHE=str(cache / "data"), JAX_COMPILATION_CACHE_DIR=str(cache / "jax"),
-              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu")
+  return dict(os.environ, NPLACE_CACHE=str(cache / "data"), JAX_PLATFORMS="cpu")
 
 
 def nplace(*args, env):

@@ -11,7 +11,7 @@ from jax.sharding import AbstractMesh
 
 from nplace import layers, sharding, train_state
 from nplace.config import ConfigError, mesh_config
-from conftest import tiny_config
+from conftest import tiny_config, xla_flags
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
@@ -51,7 +51,7 @@ def test_uneven_split_names_the_array():
 
 
 def _temp_bytes(devices: int) -> int:
-  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+  env = dict(os.environ, XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={devices}"),
              PYTHONPATH=str(TESTS), JAX_PLATFORMS="cpu")
   done = subprocess.run([sys.executable, TESTS / "gather_bytes.py"], env=env, capture_output=True,
                         text=True, check=True)

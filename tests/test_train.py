@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
+from conftest import xla_flags
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 SMALL = [  # the tiny preset, smaller still: a step takes milliseconds
@@ -33,9 +35,7 @@ SCALARS = ["train/loss", "train/grad_norm", "train/lr", "eval/loss", "eval/perpl
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
   cache = tmp_path_factory.mktemp("cache")
-  return dict(os.environ, NPLACE_CACHE=str(cache / "data"),
-              JAX_COMPILATION_CACHE_DIR=str(cache / "jax"),
-              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu")
+  return dict(os.environ, NPLACE_CACHE=str(cache / "data"), JAX_PLATFORMS="cpu")
 
 
 def start(workdir, *extra, env):
@@ -167,9 +167,9 @@ def _free_port():
 def test_two_processes_match_one_process(tmp_path, env):
   # The last step is a checkpoint step and no eval step: the final eval must still run.
   common = ["--config.train.steps=3", "--config.checkpoint.every=3"]
-  one = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  one = dict(env, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"))
   run(tmp_path / "single", *common, env=one)
-  four = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  four = dict(env, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"))
   port = _free_port()
   procs = [start(tmp_path / "multi", *common, "--config.distributed.initialize=True",
                  f"--config.distributed.coordinator_address=127.0.0.1:{port}",

@@ -9,14 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from conftest import tiny_config
+from conftest import tiny_config, xla_flags
 from nplace import sharding, train_state
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
 
 def test_meshes_give_the_losses_of_one_device():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", PYTHONPATH=str(TESTS))
+  env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"), PYTHONPATH=str(TESTS))
   meshes = ["1,1,1", "8,1,1", "2,4,1", "2,2,2"]
   done = subprocess.run([sys.executable, TESTS / "mesh_losses.py", *meshes], env=env,
                         capture_output=True, text=True, check=True)
