@@ -11,8 +11,6 @@ import importlib.util
 import os
 import pkgutil
 
-import jax
-
 GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips; also Google's virtual NIC, so a GCE VM counts as maybe-TPU
 
 
@@ -41,11 +39,16 @@ def gpu_plugin_installed() -> bool:
   return any(pkgutil.iter_modules(jax_plugins.__path__))
 
 
+def libtpu_can_only_fail() -> bool:
+  """libtpu is installed, but this machine has no TPU for it and JAX no GPU plugin to try instead."""
+  installed = importlib.util.find_spec("libtpu") is not None
+  return installed and not tpu_may_be_present() and not gpu_plugin_installed()
+
+
 def cpu_only_without_tpu() -> bool:
   """Restricts JAX to the CPU when libtpu could only fail here; True when it did."""
-  if os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms:
-    return False
-  if importlib.util.find_spec("libtpu") is None or tpu_may_be_present() or gpu_plugin_installed():
+  import jax  # here, not at the top: the CLI imports this module before it knows a command runs
+  if os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or not libtpu_can_only_fail():
     return False
   jax.config.update("jax_platforms", "cpu")
   return True
