@@ -4,9 +4,8 @@ import time
 
 import jax
 
-from nplace import sharding, train_state
+from nplace import backends, sharding, train_state
 from nplace.config import experiment, validate
-from nplace.train import prepare_process
 
 # name -> (experiment, model overrides): the shapes issue 11 measures
 WORKLOADS = {
@@ -28,7 +27,7 @@ def workload_config(name, placement, **model_overrides):
 def compiled_step(config):
   """(state, step): `nplace train`'s jitted step and a fresh state, on this host's mesh, in a
   process prepared as it prepares one (which counts only before the first device use)."""
-  prepare_process(config)
+  backends.prepare_process(config)
   mesh = sharding.make_mesh(config.mesh)
   shardings = train_state.shardings(config, mesh)
   step, _ = train_state.compile_steps(config, mesh, shardings)

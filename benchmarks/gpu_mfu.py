@@ -1,19 +1,26 @@
 """Model FLOPs utilisation of the GPT-2 presets' train step on one accelerator (issue 11, item 6).
 
     python benchmarks/gpu_mfu.py [--runs 124m:16:none:auto,1.5b:8:full:auto] [--dtype bfloat16]
-        [--steps 10] [--peak-tflops 989] [--json OUT.jsonl]
+        [--steps 10] [--peak-tflops 989] [--json OUT.jsonl] [--profile DIR]
 
-A run is SIZE:BATCH:REMAT:ATTENTION (experiments/gpt2.py:SIZE,PLACEMENT; BATCH sequences of
-1024 tokens; model.remat; model.attention_impl). Each compiles `nplace train`'s own jitted
+A run is SIZE:BATCH:REMAT:ATTENTION[:SECTION.KEY=VALUE...] (experiments/gpt2.py:SIZE,PLACEMENT;
+BATCH sequences of 1024 tokens; model.remat; model.attention_impl; more config fields, e.g.
+`124m:16:none:auto:model.loss_chunks=8`). Each compiles `nplace train`'s own jitted
 step (nplace.train_state: AdamW, clipping, donation) and times `--steps` steps three times
 on a fixed random batch, taking the median. MFU = tokens/s x (6N + 12 L T d) / peak, the
 formula nanoGPT's `estimate_mfu` and MaxText use (remat's recompute is not counted), against
 both the datasheet peak (`--peak-tflops`; H100/H200 SXM dense bf16: 989) and a bf16 matmul
 peak measured here. When two runs differ only in ATTENTION their first-step losses are
-printed side by side: the fused kernel must agree with the einsum path.
+printed side by side: the fused kernel must agree with the einsum path. `--profile DIR` traces
+3 steps of the first run into DIR (TensorBoard's profile plugin opens it) and prints where the
+device time went, op by op.
 """
 import argparse
+import ast
+import collections
+import gzip
 import json
+import pathlib
 import platform
 import time
 
@@ -25,7 +32,7 @@ from nplace import fit
 from nplace.config import experiment, validate
 from nplace.info import model_info
 
-DEFAULT_RUNS = "124m:16:none:xla,124m:16:none:auto,124m:16:dots:auto,1.5b:16:dots:auto,1.5b:32:dots:auto"  # BUILD_NOTES' bf16-head rows
+DEFAULT_RUNS = "124m:16:none:xla,124m:16:none:auto,124m:16:dots:auto,1.5b:16:dots:auto,1.5b:32:dots:auto"  # BUILD_NOTES' GPU tables
 
 
 def matmul_peak(n=8192, dtype=jnp.bfloat16):
@@ -37,15 +44,59 @@ def matmul_peak(n=8192, dtype=jnp.bfloat16):
 
 
 def run_config(spec, placement, dtype):
-  size, batch, remat, attention = spec.split(":")
+  size, batch, remat, attention, *overrides = spec.split(":")
   config = experiment("gpt2", f"{size},{placement}")
   config.train.batch_size = int(batch)
   config.model.update(remat=remat, attention_impl=attention, dtype=dtype)
+  for override in overrides:
+    key, value = override.split("=")
+    section, field = key.split(".")
+    try:
+      config[section][field] = ast.literal_eval(value)
+    except (ValueError, SyntaxError):  # a bare word is a string
+      config[section][field] = value
   validate(config)
   return config
 
 
-def measure(config, steps):
+def device_time_by_op(trace_dir, top=25):
+  """The trace's device ops (every pid named /device:...), summed by name, largest first, as
+  (milliseconds, calls, name) with the total; from the trace.json.gz the profiler writes."""
+  trace_file = max(pathlib.Path(trace_dir).glob("plugins/profile/*/*.trace.json.gz"), key=lambda f: f.stat().st_mtime)
+  events = json.load(gzip.open(trace_file))["traceEvents"]
+  devices = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+             and e["args"]["name"].startswith("/device:")}
+  threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+  totals, calls = collections.Counter(), collections.Counter()
+  for e in events:
+    if e.get("ph") == "X" and e["pid"] in devices:
+      key = (threads.get((e["pid"], e["tid"]), "?"), e["name"])
+      totals[key] += e["dur"] / 1e3
+      calls[key] += 1
+  by_line = collections.Counter()
+  for (line, _), ms in totals.items():
+    by_line[line] += ms
+  return by_line, [(ms, calls[key], *key) for key, ms in totals.most_common(top)]
+
+
+def profile(step, state, batch, trace_dir, steps=3):
+  """Trace `steps` steps into trace_dir and print the device time by op."""
+  jax.profiler.start_trace(trace_dir)
+  for i in range(steps):
+    with jax.profiler.StepTraceAnnotation("train", step_num=i):
+      state, metrics = step(state, batch)
+  jax.block_until_ready(metrics)
+  jax.profiler.stop_trace()
+  by_line, ops = device_time_by_op(trace_dir)
+  print(f"device time over {steps} steps, by trace line: " +
+        ", ".join(f"{line} {ms:.1f} ms" for line, ms in by_line.most_common()))
+  for ms, n, line, name in ops:
+    print(f"  {ms / steps:8.2f} ms/step  {n // steps:4d} calls/step  [{line}] {name[:110]}")
+  return state
+
+
+def measure(config, steps, trace_dir=None):
   """Compile seconds, first-step loss, median step seconds and the executable's bytes."""
   start = time.perf_counter()
   state, jitted = _harness.compiled_step(config)
@@ -64,6 +115,8 @@ def measure(config, steps):
 
   jax.block_until_ready(run())  # warm
   step_s = _harness.median_seconds(run, 3) / steps
+  if trace_dir:
+    holder["state"] = profile(step, holder["state"], batch, trace_dir)
   return {"compile_s": compile_s, "first_loss": first_loss, "step_s": step_s, "peak_bytes": peak_bytes}
 
 
@@ -75,18 +128,20 @@ def main():
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--peak-tflops", type=float, default=989.0, help="datasheet dense peak of the device")
   parser.add_argument("--json", help="append one JSON line per run here")
+  parser.add_argument("--profile", help="trace 3 steps of the first run into this directory")
+  parser.add_argument("--matmul-size", type=int, default=8192, help="side of the peak-measuring matmul")
   args = parser.parse_args()
   device = jax.devices()[0]
-  measured_peak = matmul_peak()
+  measured_peak = matmul_peak(args.matmul_size)
   print(f"{device.device_kind} ({device.platform}); jax {jax.__version__}; python {platform.python_version()}; "
-        f"bf16 matmul 8192^3: {measured_peak / 1e12:.0f} TFLOP/s measured, {args.peak_tflops:.0f} datasheet")
+        f"bf16 matmul {args.matmul_size}^3: {measured_peak / 1e12:.0f} TFLOP/s measured, {args.peak_tflops:.0f} datasheet")
   print("| run | tokens/s | step ms | model TFLOP/s | MFU (datasheet) | MFU (measured peak) | "
         "compile s | peak GiB | first loss |\n|---|---|---|---|---|---|---|---|---|")
   losses = {}
-  for spec in args.runs.split(","):
+  for i, spec in enumerate(args.runs.split(",")):
     config = run_config(spec, args.placement, args.dtype)
     try:
-      row = measure(config, args.steps)
+      row = measure(config, args.steps, args.profile if i == 0 else None)
     except Exception as e:  # e.g. out of memory: report it and go on to the next run
       print(f"| {spec} | failed: {type(e).__name__}: {str(e).splitlines()[0][:160]} |", flush=True)
       continue

@@ -1,4 +1,6 @@
-"""Which JAX backends a command may start: the CPU alone where libtpu is installed (the `aot`
+"""What a process settles before JAX's backend starts.
+
+Which backends a command may start: the CPU alone where libtpu is installed (the `aot`
 extra, for compiling against TPU topologies) but this machine has no TPU and no GPU plugin.
 
 JAX would end up on the CPU there anyway, but only after starting libtpu, which prints
@@ -10,6 +12,8 @@ import importlib.metadata
 import importlib.util
 import os
 import pkgutil
+
+from nplace import host_memory
 
 GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips; also Google's virtual NIC, so a GCE VM counts as maybe-TPU
 
@@ -52,3 +56,18 @@ def cpu_only_without_tpu() -> bool:
     return False
   jax.config.update("jax_platforms", "cpu")
   return True
+
+
+def prepare_process(config) -> None:
+  """What must run before anything touches a device, in the trainer and the benchmarks: the
+  host memory setting, then jax.distributed for multi-process runs."""
+  if config.train.reuse_host_memory:
+    host_memory.keep_freed_memory()
+  import jax  # as in cpu_only_without_tpu
+  d = config.distributed
+  if not d.initialize:
+    return
+  # CPU processes need a collectives backend; TPU and GPU ignore this setting.
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=d.coordinator_address,
+                             num_processes=d.num_processes, process_id=d.process_id)

@@ -15,7 +15,8 @@ from nplace import train_state, workdirs
 from nplace.config import ConfigError, base_config, from_saved
 
 # Model keys that may change between save and restore: they do not change the function.
-FREE_MODEL_KEYS = ("init", "init_std", "remat", "dtype", "attention_impl")
+FREE_MODEL_KEYS = ("init", "init_std", "remat", "dtype", "attention_impl", "loss_chunks",
+                   "head_vocab_multiple")
 
 
 def manager(workdir, checkpoint_config) -> ocp.CheckpointManager:

@@ -55,6 +55,8 @@ def model_config() -> ml_collections.ConfigDict:
   m.use_bias = True  # biases in the linear layers (GPT-2 has them)
   m.init = "gpt2"  # gpt2 | normal | variance_preserving
   m.init_std = 0.02  # weight std for the gpt2 and normal schemes
+  m.loss_chunks = 1  # train loss over this many slices of the sequence, logits recomputed in the backward (never all [B, T, vocab] at once); must divide data.seq_len
+  m.head_vocab_multiple = 128  # the head's product runs over the vocabulary padded with zero rows to a multiple of this, logits sliced back: same function, GEMM tiles aligned (GPT-2's 50257 rows were 1.14x slower on a GPU)
   m.remat = "full"  # rematerialisation policy per block: none | full | dots | dots_no_batch
   m.dtype = "float32"  # compute dtype (parameters stay float32)
   return m
@@ -240,6 +242,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _positive("model.norm_eps", m.norm_eps)
   _positive("model.init_std", m.init_std)
   _positive("data.seq_len", config.data.seq_len)
+  _positive("model.head_vocab_multiple", m.head_vocab_multiple)
+  _positive("model.loss_chunks", m.loss_chunks)
+  if config.data.seq_len % m.loss_chunks:
+    raise ConfigError("model.loss_chunks", m.loss_chunks, f"must divide data.seq_len={config.data.seq_len}")
   if config.data.seq_len > m.max_len:
     raise ConfigError("data.seq_len", config.data.seq_len,
                       f"exceeds the position table model.max_len={m.max_len}")

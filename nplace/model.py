@@ -38,11 +38,10 @@ class Decoder(nn.Module):
   cfg: object
 
   @nn.compact
-  def __call__(self, tokens_BT):
+  def __call__(self, tokens_BT, head=True):
+    """Logits [B, T, vocab] in float32; with head=False the hidden state the head reads."""
     cfg = self.cfg
     embed_init = nn.initializers.normal(embed_std(cfg))
-    # dtype: the tied LM head's matmul runs in the compute dtype (logits cast to float32 after),
-    # as every other matmul does; a float32 head was ~40% of a bf16 124M step on a GPU.
     wte = nn.Embed(cfg.vocab_size, cfg.d_model, name="wte", dtype=cfg.dtype,
                    embedding_init=nn.with_logical_partitioning(embed_init, ("vocab", "embed")))
     wpe = nn.Embed(cfg.max_len, cfg.d_model, name="wpe",
@@ -57,7 +56,18 @@ class Decoder(nn.Module):
     h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, jnp.arange(1, cfg.n_layer + 1))
     if PLACEMENTS[cfg.placement].final_norm:
       h_BTD = Norm(cfg, name="final_norm")(h_BTD)
-    return constrain(wte.attend(h_BTD).astype(jnp.float32), ("batch", "length", "act_vocab"))
+    return lm_head(cfg, wte.embedding, h_BTD) if head else h_BTD
+
+
+def lm_head(cfg, wte_VD, h_BTD):
+  """The tied head: a compute-dtype product with the embedding table, logits cast to float32
+  after it (a float32 head was ~40% of a bf16 124M step on a GPU). The table is padded with
+  zero rows to P, a multiple of `cfg.head_vocab_multiple`, and the logits cut back to V."""
+  V = wte_VD.shape[0]
+  rows = -(-V // cfg.head_vocab_multiple) * cfg.head_vocab_multiple
+  wte_PD = jnp.pad(wte_VD.astype(cfg.dtype), ((0, rows - V), (0, 0)))
+  logits_BTP = jnp.einsum("btd,pd->btp", h_BTD.astype(cfg.dtype), wte_PD)
+  return constrain(logits_BTP[..., :V].astype(jnp.float32), ("batch", "length", "act_vocab"))
 
 
 def freeze(cfg) -> ml_collections.FrozenConfigDict:
@@ -107,4 +117,29 @@ def cross_entropy(logits_BTV, targets_BT):
 
 def loss(cfg, params, batch_BT1):
   """Loss on a `[B, T+1]` window: inputs are the first T tokens, targets the last T."""
-  return cross_entropy(apply(cfg, params, batch_BT1[:, :-1]), batch_BT1[:, 1:])
+  inputs_BT, targets_BT = batch_BT1[:, :-1], batch_BT1[:, 1:]
+  if cfg.loss_chunks == 1:
+    return cross_entropy(apply(cfg, params, inputs_BT), targets_BT)
+  h_BTD = apply(cfg, params, inputs_BT, head=False)
+  return chunked_cross_entropy(cfg, params["wte"]["embedding"], h_BTD, targets_BT)
+
+
+def chunked_cross_entropy(cfg, wte_VD, h_BTD, targets_BT):
+  """`cross_entropy(lm_head(...), targets)` over `cfg.loss_chunks` slices of the sequence, one
+  at a time, each recomputed in the backward: the [B, T, vocab] float32 logits never exist
+  whole (MaxText's vocabulary tiling), for one more head product in the backward. C slices
+  of N tokens."""
+  B, T, D = h_BTD.shape
+  C = cfg.loss_chunks
+  h_CBND = h_BTD.reshape(B, C, T // C, D).swapaxes(0, 1)
+  targets_CBN = targets_BT.reshape(B, C, T // C).swapaxes(0, 1)
+
+  @jax.checkpoint
+  def chunk_sum(h_BND, targets_BN):
+    return optax.softmax_cross_entropy_with_integer_labels(lm_head(cfg, wte_VD, h_BND), targets_BN).sum()
+
+  def add_chunk(total, chunk):
+    return total + chunk_sum(*chunk), None
+
+  total, _ = jax.lax.scan(add_chunk, jnp.zeros((), jnp.float32), (h_CBND, targets_CBN))
+  return total / (B * T)

@@ -11,25 +11,11 @@ import signal
 import jax
 from absl import flags
 
-from nplace import (checkpoint, data, evaluation, hooks, host_memory, metrics, sharding, train_state,
+from nplace import (backends, checkpoint, data, evaluation, hooks, metrics, sharding, train_state,
                     workdirs)
 from nplace.config import ConfigError
 from nplace.info import model_info
 from nplace.outcomes import collapsed
-
-
-def prepare_process(config) -> None:
-  """What must run before anything touches a device: the host memory setting, then
-  jax.distributed for multi-process runs."""
-  if config.train.reuse_host_memory:
-    host_memory.keep_freed_memory()
-  d = config.distributed
-  if not d.initialize:
-    return
-  # CPU processes need a collectives backend; TPU and GPU ignore this setting.
-  jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(coordinator_address=d.coordinator_address,
-                             num_processes=d.num_processes, process_id=d.process_id)
 
 
 class _Preemption:
@@ -64,7 +50,7 @@ def _announce(progress, workdir, config, evaluator):
 def train(config, workdir) -> dict:
   """Trains (or resumes) in `workdir`; returns what it writes to `workdir/summary.json`."""
   workdir = workdirs.resolve(workdir)
-  prepare_process(config)
+  backends.prepare_process(config)
   mesh = sharding.make_mesh(config.mesh)
   n_proc, is_main = jax.process_count(), jax.process_index() == 0
   if config.train.batch_size % n_proc:

@@ -69,6 +69,25 @@ def test_decoder_equals_formula(make_config, placement, embed_norm, remat):
                              rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("chunks,multiple,dtype", [
+    (2, 1, "float32"), (6, 128, "float32"), (1, 64, "float32"), (3, 128, "bfloat16")])
+def test_chunked_loss_and_padded_head_equal_the_plain_loss(make_config, chunks, multiple, dtype):
+  """loss_chunks and head_vocab_multiple only change how the head and loss are computed: the
+  value and every gradient stay those of the whole, unpadded head."""
+  cfg = make_config(placement="peri", n_layer=2, dtype=dtype, loss_chunks=1, head_vocab_multiple=1).model
+  params = random_params(cfg, jax.random.key(6), std=0.2)
+  batch = jax.random.randint(jax.random.key(7), (3, 13), 0, cfg.vocab_size)
+  plain = jax.value_and_grad(functools.partial(model.loss, model.freeze(cfg)))(params, batch)
+  cfg.update(loss_chunks=chunks, head_vocab_multiple=multiple)
+  scheduled = jax.value_and_grad(functools.partial(model.loss, model.freeze(cfg)))(params, batch)
+  tolerance = 1e-5 if dtype == "float32" else 2e-3
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance), scheduled, plain)
+  if dtype == "float32":  # both equal the mean negative log-likelihood of the formula's logits
+    logits = reference.decoder(params, batch[:, :-1], cfg)
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), batch[:, 1:, None], -1).mean()
+    np.testing.assert_allclose(scheduled[0], nll, rtol=1e-5)
+
+
 @pytest.mark.parametrize("placement", CLASSIC)
 def test_causal(make_config, placement):
   cfg = make_config(placement=placement).model
