@@ -56,18 +56,22 @@ class Decoder(nn.Module):
     h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, jnp.arange(1, cfg.n_layer + 1))
     if PLACEMENTS[cfg.placement].final_norm:
       h_BTD = Norm(cfg, name="final_norm")(h_BTD)
-    return lm_head(cfg, wte.embedding, h_BTD) if head else h_BTD
+    return lm_head(cfg, head_table(cfg, wte.embedding), h_BTD) if head else h_BTD
 
 
-def lm_head(cfg, wte_VD, h_BTD):
-  """The tied head: a compute-dtype product with the embedding table, logits cast to float32
-  after it (a float32 head was ~40% of a bf16 124M step on a GPU). The table is padded with
-  zero rows to P, a multiple of `cfg.head_vocab_multiple`, and the logits cut back to V."""
+def head_table(cfg, wte_VD):
+  """The tied head's weights: the embedding table padded with zero rows to P, a multiple of
+  `cfg.head_vocab_multiple` (GPT-2's 50257 rows were 1.14x slower on a GPU)."""
   V = wte_VD.shape[0]
   rows = -(-V // cfg.head_vocab_multiple) * cfg.head_vocab_multiple
-  wte_PD = jnp.pad(wte_VD.astype(cfg.dtype), ((0, rows - V), (0, 0)))
-  logits_BTP = jnp.einsum("btd,pd->btp", h_BTD.astype(cfg.dtype), wte_PD)
-  return constrain(logits_BTP[..., :V].astype(jnp.float32), ("batch", "length", "act_vocab"))
+  return jnp.pad(wte_VD, ((0, rows - V), (0, 0)))
+
+
+def lm_head(cfg, table_PD, h_BTD):
+  """Logits [B, T, vocab] in float32, cast after a compute-dtype product (a float32 head was
+  ~40% of a bf16 124M step on a GPU); the padding's columns are cut off."""
+  logits_BTP = jnp.einsum("btd,pd->btp", h_BTD.astype(cfg.dtype), table_PD.astype(cfg.dtype))
+  return constrain(logits_BTP[..., :cfg.vocab_size].astype(jnp.float32), ("batch", "length", "act_vocab"))
 
 
 def freeze(cfg) -> ml_collections.FrozenConfigDict:
@@ -133,10 +137,14 @@ def chunked_cross_entropy(cfg, wte_VD, h_BTD, targets_BT):
   C = cfg.loss_chunks
   h_CBND = h_BTD.reshape(B, C, T // C, D).swapaxes(0, 1)
   targets_CBN = targets_BT.reshape(B, C, T // C).swapaxes(0, 1)
+  # padded once, outside the loop: padding inside it made XLA's TPU compiler fail a RET_CHECK
+  # (fsdp, 8 or more slices: a reduce-scatter of the padded gradient); kept in the parameters'
+  # dtype so that the slices' gradients add up in float32
+  table_PD = head_table(cfg, wte_VD)
 
   @jax.checkpoint
   def chunk_sum(h_BND, targets_BN):
-    return optax.softmax_cross_entropy_with_integer_labels(lm_head(cfg, wte_VD, h_BND), targets_BN).sum()
+    return optax.softmax_cross_entropy_with_integer_labels(lm_head(cfg, table_PD, h_BND), targets_BN).sum()
 
   def add_chunk(total, chunk):
     return total + chunk_sum(*chunk), None
