@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 import _harness
-from nplace import fit
+from nplace import fit, grid
 from nplace.config import experiment, validate
 from nplace.info import model_info
 
@@ -48,20 +48,22 @@ def run_config(spec, placement, dtype):
   config = experiment("gpt2", f"{size},{placement}")
   config.train.batch_size = int(batch)
   config.model.update(remat=remat, attention_impl=attention, dtype=dtype)
-  for override in overrides:
-    key, value = override.split("=")
-    section, field = key.split(".")
-    try:
-      config[section][field] = ast.literal_eval(value)
-    except (ValueError, SyntaxError):  # a bare word is a string
-      config[section][field] = value
+  config = grid.apply(config, dict(map(_key_and_value, overrides)), spec)
   validate(config)
   return config
 
 
+def _key_and_value(override):
+  key, value = override.split("=", 1)
+  try:
+    return key, ast.literal_eval(value)
+  except (ValueError, SyntaxError):  # a bare word is a string
+    return key, value
+
+
 def device_time_by_op(trace_dir, top=25):
-  """The trace's device ops (every pid named /device:...), summed by name, largest first, as
-  (milliseconds, calls, name) with the total; from the trace.json.gz the profiler writes."""
+  """Device time in a trace's newest trace.json.gz (the processes named /device:...): the
+  milliseconds per trace line, and the `top` ops as (milliseconds, calls, line, name)."""
   trace_file = max(pathlib.Path(trace_dir).glob("plugins/profile/*/*.trace.json.gz"), key=lambda f: f.stat().st_mtime)
   events = json.load(gzip.open(trace_file))["traceEvents"]
   devices = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
