@@ -18,6 +18,8 @@ import jax
 import numpy as np
 from absl import flags
 
+from nplace import cpu_devices, sharding
+from nplace.backends import prepare_process
 from nplace.cli import parse_flags
 from nplace.config import experiment, validate
 from nplace.probes import command, suite
@@ -28,21 +30,27 @@ from _harness import compiled_step, median_seconds, random_batch
 def call_cost(config, repeats):
   state, step = compiled_step(config)
   batch = random_batch(config)
-  probe_batch, key = command.probe_batch(config, held_out=True), command.probe_key(config)
+  placed = cpu_devices.probe_sharding(sharding.replicated(state["step"].sharding.mesh))  # as the trainer's hook
+  probe_batch = jax.device_put(command.probe_batch(config, held_out=True), placed)
+  key = command.probe_key(config)
   start = time.perf_counter()
   state, _ = jax.block_until_ready(step(state, batch))
   step_compile = time.perf_counter() - start
-  start = time.perf_counter()
-  jax.block_until_ready(suite.suite(config, state["params"], probe_batch, key))
-  suite_compile = time.perf_counter() - start
   holder = {"state": state}
+
+  def probes():
+    return suite.suite(config, jax.device_put(holder["state"]["params"], placed), probe_batch, key)
+
+  start = time.perf_counter()
+  jax.block_until_ready(probes())
+  suite_compile = time.perf_counter() - start
 
   def one_step():
     holder["state"], metrics = step(holder["state"], batch)
     return metrics
 
   step_s = median_seconds(one_step, repeats)
-  probe_s = median_seconds(lambda: suite.suite(config, holder["state"]["params"], probe_batch, key), repeats)
+  probe_s = median_seconds(probes, repeats)
   print(f"compile: train step {step_compile:.1f} s, probe suite {suite_compile:.1f} s")
   print(f"train step {step_s * 1e3:.1f} ms; probe suite {probe_s * 1e3:.1f} ms = "
         f"{probe_s / step_s:.2f} train steps (every 50 steps: +{100 * probe_s / step_s / 50:.1f}% expected)")
@@ -73,6 +81,7 @@ def main():
   config = fv.config if fv.config is not None else experiment("tiny", "pre")
   config.train.eval_every = config.checkpoint.every = fv.steps  # time steps and probes only
   validate(config)
+  prepare_process(config)  # before the first device use, as `nplace train` does
   p = config.probe
   print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}; {config.model.placement}, "
         f"train batch {config.train.batch_size}x{config.data.seq_len}, probe batch {p.batch_size}, "

@@ -48,7 +48,7 @@ def _nplace_worker(conn, workload, placement, remat):
     return 2 * 2048 ** 3 / _harness.median_seconds(lambda: matmul(a), 7)
 
   conn.send({"flops_per_token": model_info(config)["flops_per_token"], "peak": peak(),
-             "remat": config.model.remat})
+             "remat": config.model.remat, "devices": jax.device_count()})
   _serve(conn, run)
 
 
@@ -120,9 +120,9 @@ def main():
   parser.add_argument("--seconds", type=float, default=2.0, help="per contender per round")
   args = parser.parse_args()
   print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.rounds} rounds of ~{args.seconds:g} s each")
-  print("| workload | placement | remat | nplace tok/s | torch 2 thr | torch 1 thr | nplace / torch 2 thr "
+  print("| workload | placement | remat | nplace devices | nplace tok/s | torch 2 thr | torch 1 thr | nplace / torch 2 thr "
         "(median, min..max) | nplace / torch 1 thr | nplace GFLOP/s | % of peak |")
-  print("|---|---|---|---|---|---|---|---|---|---|")
+  print("|---|---|---|---|---|---|---|---|---|---|---|")
   for workload in args.workloads.split(","):
     for placement in args.placements.split(","):
       for remat in args.remat.split(","):
@@ -130,7 +130,7 @@ def main():
                                      args.rounds, args.seconds)
         flops = rate["nplace"] * info["flops_per_token"]
         two, one = ratios["torch 2 thr"], ratios["torch 1 thr"]
-        print(f"| {workload} | {placement} | {info['remat']} | {rate['nplace']:,.0f} | "
+        print(f"| {workload} | {placement} | {info['remat']} | {info['devices']} | {rate['nplace']:,.0f} | "
               f"{rate['torch 2 thr']:,.0f} | {rate['torch 1 thr']:,.0f} | **{statistics.median(two):.2f}** "
               f"({min(two):.2f}..{max(two):.2f}) | {statistics.median(one):.2f} ({min(one):.2f}..{max(one):.2f}) | "
               f"{flops / 1e9:.0f} | {100 * flops / info['peak']:.0f}% of {info['peak'] / 1e9:.0f} |", flush=True)

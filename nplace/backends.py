@@ -13,7 +13,7 @@ import importlib.util
 import os
 import pkgutil
 
-from nplace import host_memory
+from nplace import cpu_devices, host_memory
 
 GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips; also Google's virtual NIC, so a GCE VM counts as maybe-TPU
 
@@ -60,9 +60,10 @@ def cpu_only_without_tpu() -> bool:
 
 def prepare_process(config) -> None:
   """What must run before anything touches a device, in the trainer and the benchmarks: the
-  host memory setting, then jax.distributed for multi-process runs."""
+  host memory setting, the CPU's devices, then jax.distributed for multi-process runs."""
   if config.train.reuse_host_memory:
     host_memory.keep_freed_memory()
+  cpu_devices.split(config)
   import jax  # as in cpu_only_without_tpu
   d = config.distributed
   if not d.initialize:

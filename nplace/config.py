@@ -115,6 +115,7 @@ def train_config() -> ml_collections.ConfigDict:
   t.spike_window = 50  # steps in the rolling window of the loss-spike detector
   t.spike_zscore = 4.0  # a loss this many standard deviations above the window mean is a spike
   t.peak_flops = config_dict.placeholder(float)  # peak FLOP/s per device for perf/mfu; None = device table
+  t.cpu_devices = -1  # on a CPU: XLA devices the host is split into, data-parallel over the batch (nplace/cpu_devices.py); -1 = one per core, as many as the batch splits over
   t.reuse_host_memory = True  # glibc malloc keeps freed host memory (nplace/host_memory.py): ~15% faster CPU steps, higher resident set
   t.profile_steps = config_dict.placeholder(str)  # "START,STOP": jax.profiler trace of steps START..STOP (inclusive) into <workdir>/plugins/profile; None = off
   return t
@@ -292,6 +293,8 @@ def _validate_training(config) -> None:
   _one_of("train.on_divergence", t.on_divergence, ("stop", "skip"))
   if t.peak_flops is not None:
     _positive("train.peak_flops", t.peak_flops)
+  if t.cpu_devices != -1:
+    _positive("train.cpu_devices", t.cpu_devices)
   profile_window(t)
   _positive("checkpoint.every", config.checkpoint.every)
   _positive("checkpoint.keep", config.checkpoint.keep)

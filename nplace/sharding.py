@@ -71,7 +71,7 @@ def activation_sharding(shape: tuple, logical_axes: tuple) -> NamedSharding | No
     return None
   mesh, logical_rules = layout
   spec = nn.logical_to_mesh_axes(logical_axes, logical_rules)
-  spec = [axes if dim % _ways(mesh, axes) == 0 else None for dim, axes in zip(shape, spec)]
+  spec = [axes if dim % _ways(mesh.shape, axes) == 0 else None for dim, axes in zip(shape, spec)]
   return NamedSharding(mesh, PartitionSpec(*spec))
 
 
@@ -88,10 +88,11 @@ def platform() -> str:
   return layout[0].devices.flat[0].platform if layout else jax.default_backend()
 
 
-def _ways(mesh, axes) -> int:
-  """How many pieces mesh axes (None, a name or a tuple of names) split a dimension into."""
+def _ways(sizes, axes) -> int:
+  """How many pieces mesh axes (None, a name or a tuple of names) of these sizes (a mesh's
+  `shape`) split a dimension into."""
   axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
-  return math.prod(mesh.shape[a] for a in axes)
+  return math.prod(sizes[a] for a in axes)
 
 
 def under_layout(fn, mesh: Mesh, mesh_config):
@@ -121,11 +122,25 @@ def check_divisible(abstract, shardings) -> None:
   flat, _ = jax.tree_util.tree_flatten_with_path(abstract)
   for (path, leaf), sharding in zip(flat, jax.tree.leaves(shardings)):
     for dim, axes in zip(leaf.shape, sharding.spec):
-      parts = _ways(sharding.mesh, axes)
+      parts = _ways(sharding.mesh.shape, axes)
       if dim % parts:
         name = jax.tree_util.keystr(path)
         raise ConfigError("mesh", dict(sharding.mesh.shape),
                           f"{name} has a dimension of {dim}, not divisible over {axes} ({parts} devices)")
+
+
+def batch_ways(sizes, mesh_config) -> int:
+  """How many pieces the `batch` rule splits a batch's rows into, on mesh axes of these sizes."""
+  return _ways(sizes, dict(rules(mesh_config)).get("batch"))
+
+
+def check_batch(mesh: Mesh, config) -> None:
+  """A microbatch's rows must split evenly over the devices the `batch` rule gives them."""
+  rows, ways = config.train.batch_size // config.train.grad_accum, batch_ways(mesh.shape, config.mesh)
+  if rows % ways:
+    raise ConfigError("train.batch_size", config.train.batch_size,
+                      f"{rows} rows per microbatch do not split over the batch's {ways} devices "
+                      f"(mesh {dict(mesh.shape)})")
 
 
 def batch_sharding(mesh: Mesh, mesh_config) -> NamedSharding:

@@ -37,10 +37,11 @@ def _global_batch(local_batch, batch_sharding):
   return jax.make_array_from_process_local_data(batch_sharding, local_batch)
 
 
-def _announce(progress, workdir, config, evaluator):
-  """Where the logs go and what runs when, before the first step."""
+def _announce(progress, workdir, config, evaluator, mesh):
+  """Where the logs go, what runs where and when, before the first step."""
   progress.message(f"logs: {workdir} (TensorBoard event files; summary.json at the end)\n"
                    f"  tensorboard --logdir {workdir}")
+  progress.message(f"devices: {mesh.size} x {mesh.devices.flat[0].platform}, mesh {dict(mesh.shape)}")
   if config.probe.every:
     progress.message(f"probes: the suite runs at step 0 and every {config.probe.every} steps")
   for note in evaluator.notes():
@@ -55,6 +56,7 @@ def train(config, workdir) -> dict:
   n_proc, is_main = jax.process_count(), jax.process_index() == 0
   if config.train.batch_size % n_proc:
     raise ConfigError("train.batch_size", config.train.batch_size, f"must divide over {n_proc} processes")
+  sharding.check_batch(mesh, config)
   meta = data.read_meta(data.prepared_dir(config.data))
   val_windows = sum((n - 1) // config.data.seq_len for _, n in meta["shards"]["val"])
   if config.train.eval_batches * config.train.batch_size > val_windows:
@@ -90,7 +92,7 @@ def _run(config, workdir, mesh, state_shardings, meta, mngr, progress, is_main) 
     writer.text("config", f"```\n{config.to_json_best_effort(indent=2)}\n```")
   evaluator = evaluation.Evaluator(config, eval_step, lambda b: _global_batch(b, batch_sharding),
                                    local_batch, is_main)
-  _announce(progress, workdir, config, evaluator)
+  _announce(progress, workdir, config, evaluator, mesh)
   summary = {"status": "completed", "step": start, "train_loss": None, "val_loss": None,
              "frequency_loss": meta["frequency_loss"], "entropy_rate": meta.get("entropy_rate"),
              "tokens_per_sec": None, "diverged_at": None, "collapsed": None,

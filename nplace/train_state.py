@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from nplace import model, optim, sharding
+from nplace import cpu_devices, model, optim, sharding
 
 
 def start_from(config, params):
@@ -94,9 +94,10 @@ def compile_steps(config, mesh, state_shardings):
   traced under the mesh's activation layout."""
   batch = sharding.batch_sharding(mesh, config.mesh)
   rep = sharding.replicated(mesh)
+  options = cpu_devices.compiler_options(mesh)
   train_step = jax.jit(make_train_step(config), in_shardings=(state_shardings, batch),
-                       out_shardings=(state_shardings, rep), donate_argnums=0)
+                       out_shardings=(state_shardings, rep), donate_argnums=0, compiler_options=options)
   eval_step = jax.jit(make_eval_step(config), in_shardings=(state_shardings["params"], batch),
-                      out_shardings=rep)
+                      out_shardings=rep, compiler_options=options)
   return (sharding.under_layout(train_step, mesh, config.mesh),
           sharding.under_layout(eval_step, mesh, config.mesh))

@@ -11,9 +11,15 @@ import urllib.request
 import jax
 import pytest
 
+from nplace import cpu_devices
 from nplace.config import base_config
 
 jax.config.update("jax_default_matmul_precision", "highest")
+# In-process tests see one CPU device, whichever test first starts the backend (the trainer
+# would otherwise split this host per core: nplace/cpu_devices.py), unless a test's subprocess
+# asked for fake devices. `nplace` subprocesses split.
+if cpu_devices.USER_FLAG not in os.environ.get("XLA_FLAGS", ""):
+  jax.config.update("jax_num_cpu_devices", 1)
 # Compiling is most of the suite: hundreds of small programs, each run for milliseconds. LLVM
 # at -O0 compiles the test model's train step ~3x faster and runs it ~2.7x slower; XLA's HLO
 # passes, and so what is computed, stay the same. Subprocesses inherit it (see xla_flags).

@@ -41,6 +41,7 @@ def run_main(capsys, *argv):
     ("--config.model.vocab_size=0", "model.vocab_size"),
     ("--config.model.d_ff=0", "model.d_ff"),
     ("--config.train.batch_size=0", "train.batch_size"),
+    ("--config.train.cpu_devices=0", "train.cpu_devices"),
     ("--config.probe.images=some", "probe.images"),
     ("--config.model.bogus=1", "bogus"),
     ("--config.model.n_layer=abc", "model.n_layer"),

@@ -1,0 +1,75 @@
+"""A CPU host split into one XLA device per core, data-parallel over the batch.
+
+XLA's CPU backend runs one device's step as a chain of small GEMMs and fusions, each spread
+over all cores: every op waits for its slowest thread, and ops this small scale poorly
+(2 cores: ~1.5x over one). With one device per core and each device's ops on one thread,
+each core runs its own share of the batch start to finish, and only the gradients meet
+(an all-reduce in shared memory). Measured in BUILD_NOTES ("One CPU device per core").
+"""
+import os
+
+from nplace.config import ConfigError
+
+USER_FLAG = "xla_force_host_platform_device_count"
+
+
+def cores() -> int:
+  """The cores this process may run on (its affinity, which `taskset` and containers set)."""
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def device_count(config, n_cores: int) -> int:
+  """`train.cpu_devices`; for -1 the most devices, up to one per core, that the mesh and a
+  microbatch's rows split over evenly, and one in a multi-process run (its processes already
+  share out the cores)."""
+  if config.train.cpu_devices != -1:
+    return config.train.cpu_devices
+  if config.distributed.initialize:
+    return 1
+  from nplace import sharding  # here: it imports jax and flax, and the CLI imports this module early
+  rows = config.train.batch_size // config.train.grad_accum
+  for n in range(n_cores, 1, -1):
+    try:
+      sizes = dict(zip(sharding.AXES, sharding.mesh_shape(config.mesh, n)))
+    except ConfigError:
+      continue
+    if rows % sharding.batch_ways(sizes, config.mesh) == 0:
+      return n
+  return 1
+
+
+def split(config) -> None:
+  """Asks JAX for `device_count` CPU devices, unless that is not ours to set: the user chose
+  (XLA_FLAGS' --xla_force_host_platform_device_count, jax_num_cpu_devices) or the backend has
+  started (a notebook that already used a device)."""
+  import jax
+  from jax._src import xla_bridge  # backends_are_initialized has no public spelling
+  user_chose = USER_FLAG in os.environ.get("XLA_FLAGS", "") or jax.config.jax_num_cpu_devices >= 0
+  if not user_chose and not xla_bridge.backends_are_initialized():
+    jax.config.update("jax_num_cpu_devices", device_count(config, cores()))
+
+
+def is_split(mesh) -> bool:
+  """`mesh` is one CPU process's devices, a device per core or more."""
+  import jax
+  return (mesh.devices.flat[0].platform == "cpu" and jax.process_count() == 1
+          and mesh.devices.size >= max(cores(), 2))
+
+
+def compiler_options(mesh) -> dict:
+  """XLA options for a step on `mesh`: on a split host each device runs its ops on one thread
+  (the cores are already shared out by device)."""
+  return {"xla_cpu_multi_thread_eigen": False} if is_split(mesh) else {}
+
+
+def probe_sharding(replicated):
+  """Where the probe suite runs: on a split host, on its first device alone, with all cores
+  (its few sequences and forward-mode derivatives split poorly over devices: 1.0 s a suite on
+  two devices, 0.6 s on one, tiny preset on 2 cores); else `replicated`, the train mesh's."""
+  import numpy as np
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec
+  mesh = replicated.mesh
+  if not is_split(mesh):
+    return replicated
+  one = Mesh(np.asarray(mesh.devices.flat[:1]).reshape((1,) * mesh.devices.ndim), mesh.axis_names)
+  return NamedSharding(one, PartitionSpec())

@@ -1,0 +1,79 @@
+"""nplace/cpu_devices.py: how many devices a CPU host is split into, and a run split so."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import xla_flags
+
+from nplace import cpu_devices
+from nplace.config import experiment
+from test_train import env, run, scalars  # noqa: F401 (env: test_train's fixture, used here)
+
+
+def config_with(**train):
+  config = experiment("tiny", "pre")
+  config.train.update(**train)
+  return config
+
+
+@pytest.mark.parametrize("cores,train,mesh,expected", [
+    (2, {"batch_size": 16}, {}, 2),
+    (8, {"batch_size": 16}, {}, 8),
+    (4, {"batch_size": 6}, {}, 3),                      # the most cores the rows split over
+    (4, {"batch_size": 3}, {}, 3),
+    (2, {"batch_size": 3}, {}, 1),
+    (4, {"batch_size": 8, "grad_accum": 4}, {}, 2),     # a microbatch's 2 rows
+    (4, {"batch_size": 16}, {"tensor": 2}, 4),          # tensor halves the batch's ways: 2 | 16
+    (3, {"batch_size": 16}, {"tensor": 2}, 2),          # 3 devices do not tile tensor=2
+    (2, {"batch_size": 16}, {"data": 1}, 1),            # a fixed mesh of one device
+    (8, {"batch_size": 16, "cpu_devices": 3}, {}, 3),   # chosen, not derived
+])
+def test_device_count(cores, train, mesh, expected):
+  config = config_with(**train)
+  config.mesh.update(**mesh)
+  assert cpu_devices.device_count(config, cores) == expected
+
+
+def test_a_multi_process_run_keeps_one_cpu_device_per_process():
+  config = config_with(batch_size=16)
+  config.distributed.initialize = True
+  assert cpu_devices.device_count(config, 8) == 1
+
+
+SPLIT_HOST = """
+import json, jax
+from nplace import cpu_devices, sharding
+from nplace.config import experiment
+mesh = sharding.make_mesh(experiment("tiny", "pre").mesh)
+print(json.dumps({"options": cpu_devices.compiler_options(mesh),
+                  "probe_devices": cpu_devices.probe_sharding(sharding.replicated(mesh)).mesh.size}))
+"""
+
+
+@pytest.mark.parametrize("devices,split", [(1, False), (max(cpu_devices.cores(), 2), True)])
+def test_a_split_host_runs_ops_on_one_thread_and_probes_on_one_device(devices, split):
+  flag = f"--{cpu_devices.USER_FLAG}={devices}"
+  out = subprocess.run([sys.executable, "-c", SPLIT_HOST], check=True, capture_output=True, text=True,
+                       env=dict(os.environ, XLA_FLAGS=xla_flags(flag), JAX_PLATFORMS="cpu")).stdout
+  got = json.loads(out.splitlines()[-1])
+  assert got == ({"options": {"xla_cpu_multi_thread_eigen": False}, "probe_devices": 1} if split else
+                 {"options": {}, "probe_devices": 1})
+
+
+@pytest.mark.skipif(cpu_devices.cores() < 2, reason="needs two cores")
+def test_a_run_split_per_core_trains_like_one_device(tmp_path, env):  # noqa: F811
+  split = run(tmp_path / "split", "--config.train.steps=3", env=env)
+  one = run(tmp_path / "one", "--config.train.steps=3", "--config.train.cpu_devices=1", env=env)
+  n = cpu_devices.device_count(config_with(batch_size=8), cpu_devices.cores())  # test_train's SMALL batch
+  assert f"devices: {n} x cpu" in split and "devices: 1 x cpu" in one, (split, one)
+  split, one = scalars(tmp_path / "split", "train/loss"), scalars(tmp_path / "one", "train/loss")
+  assert sorted(split) == [1, 2, 3]
+  np.testing.assert_allclose([split[s] for s in (1, 2, 3)], [one[s] for s in (1, 2, 3)], rtol=1e-5)
+
+
+def test_devices_the_batch_does_not_split_over_are_a_config_error(tmp_path, env):  # noqa: F811
+  out = run(tmp_path / "run", "--config.train.cpu_devices=3", env=env, expect=2)
+  assert out.count("\n") == 1 and "train.batch_size" in out and "3 devices" in out, out
