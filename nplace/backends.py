@@ -58,12 +58,24 @@ def cpu_only_without_tpu() -> bool:
   return True
 
 
+def cpu_backend_only() -> bool:
+  """JAX will run on the CPU: the platforms chosen are CPU only, or there is no GPU plugin and
+  no TPU that an installed libtpu could use."""
+  import jax  # as in cpu_only_without_tpu
+  chosen = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms
+  if chosen:
+    return set(chosen.split(",")) == {"cpu"}
+  libtpu = importlib.util.find_spec("libtpu") is not None
+  return not gpu_plugin_installed() and not (libtpu and tpu_may_be_present())
+
+
 def prepare_process(config) -> None:
   """What must run before anything touches a device, in the trainer and the benchmarks: the
   host memory setting, the CPU's devices, then jax.distributed for multi-process runs."""
   if config.train.reuse_host_memory:
     host_memory.keep_freed_memory()
-  cpu_devices.split(config)
+  if cpu_backend_only():  # a GPU or TPU host's CPU devices do no work: leave them as they are
+    cpu_devices.split(config)
   import jax  # as in cpu_only_without_tpu
   d = config.distributed
   if not d.initialize:
