@@ -43,17 +43,26 @@ def gpu_plugin_installed() -> bool:
   return any(pkgutil.iter_modules(jax_plugins.__path__))
 
 
+def libtpu_installed() -> bool:
+  return importlib.util.find_spec("libtpu") is not None
+
+
 def libtpu_can_only_fail() -> bool:
   """libtpu is installed, but this machine has no TPU for it and JAX no GPU plugin to try instead."""
-  installed = importlib.util.find_spec("libtpu") is not None
-  return installed and not tpu_may_be_present() and not gpu_plugin_installed()
+  return libtpu_installed() and not tpu_may_be_present() and not gpu_plugin_installed()
+
+
+def chosen_platforms() -> str | None:
+  """The platforms the user chose (JAX_PLATFORMS, jax_platforms), e.g. "cpu" or "cuda,cpu"."""
+  import jax  # here, not at the top: the CLI imports this module before it knows a command runs
+  return os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms
 
 
 def cpu_only_without_tpu() -> bool:
   """Restricts JAX to the CPU when libtpu could only fail here; True when it did."""
-  import jax  # here, not at the top: the CLI imports this module before it knows a command runs
-  if os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or not libtpu_can_only_fail():
+  if chosen_platforms() or not libtpu_can_only_fail():
     return False
+  import jax  # as in chosen_platforms
   jax.config.update("jax_platforms", "cpu")
   return True
 
@@ -61,12 +70,10 @@ def cpu_only_without_tpu() -> bool:
 def cpu_backend_only() -> bool:
   """JAX will run on the CPU: the platforms chosen are CPU only, or there is no GPU plugin and
   no TPU that an installed libtpu could use."""
-  import jax  # as in cpu_only_without_tpu
-  chosen = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms
+  chosen = chosen_platforms()
   if chosen:
     return set(chosen.split(",")) == {"cpu"}
-  libtpu = importlib.util.find_spec("libtpu") is not None
-  return not gpu_plugin_installed() and not (libtpu and tpu_may_be_present())
+  return not gpu_plugin_installed() and not (libtpu_installed() and tpu_may_be_present())
 
 
 def prepare_process(config) -> None:
@@ -76,7 +83,7 @@ def prepare_process(config) -> None:
     host_memory.keep_freed_memory()
   if cpu_backend_only():  # a GPU or TPU host's CPU devices do no work: leave them as they are
     cpu_devices.split(config)
-  import jax  # as in cpu_only_without_tpu
+  import jax  # as in chosen_platforms
   d = config.distributed
   if not d.initialize:
     return

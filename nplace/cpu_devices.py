@@ -27,14 +27,12 @@ def device_count(config, n_cores: int) -> int:
   if config.distributed.initialize:
     return 1
   from nplace import sharding  # here: it imports jax and flax, and the CLI imports this module early
-  rows = config.train.batch_size // config.train.grad_accum
   for n in range(n_cores, 1, -1):
     try:
-      sizes = dict(zip(sharding.AXES, sharding.mesh_shape(config.mesh, n)))
+      sharding.check_batch(dict(zip(sharding.AXES, sharding.mesh_shape(config.mesh, n))), config)
+      return n
     except ConfigError:
       continue
-    if rows % sharding.batch_ways(sizes, config.mesh) == 0:
-      return n
   return 1
 
 

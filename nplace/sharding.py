@@ -129,18 +129,15 @@ def check_divisible(abstract, shardings) -> None:
                           f"{name} has a dimension of {dim}, not divisible over {axes} ({parts} devices)")
 
 
-def batch_ways(sizes, mesh_config) -> int:
-  """How many pieces the `batch` rule splits a batch's rows into, on mesh axes of these sizes."""
-  return _ways(sizes, dict(rules(mesh_config)).get("batch"))
-
-
-def check_batch(mesh: Mesh, config) -> None:
-  """A microbatch's rows must split evenly over the devices the `batch` rule gives them."""
-  rows, ways = config.train.batch_size // config.train.grad_accum, batch_ways(mesh.shape, config.mesh)
+def check_batch(sizes, config) -> None:
+  """A microbatch's rows must split evenly over the devices the `batch` rule gives them, on
+  mesh axes of these sizes (a mesh's `shape`)."""
+  rows = config.train.batch_size // config.train.grad_accum
+  ways = _ways(sizes, dict(rules(config.mesh)).get("batch"))
   if rows % ways:
     raise ConfigError("train.batch_size", config.train.batch_size,
                       f"{rows} rows per microbatch do not split over the batch's {ways} devices "
-                      f"(mesh {dict(mesh.shape)})")
+                      f"(mesh {dict(sizes)})")
 
 
 def batch_sharding(mesh: Mesh, mesh_config) -> NamedSharding:

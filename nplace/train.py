@@ -56,7 +56,7 @@ def train(config, workdir) -> dict:
   n_proc, is_main = jax.process_count(), jax.process_index() == 0
   if config.train.batch_size % n_proc:
     raise ConfigError("train.batch_size", config.train.batch_size, f"must divide over {n_proc} processes")
-  sharding.check_batch(mesh, config)
+  sharding.check_batch(mesh.shape, config)
   meta = data.read_meta(data.prepared_dir(config.data))
   val_windows = sum((n - 1) // config.data.seq_len for _, n in meta["shards"]["val"])
   if config.train.eval_batches * config.train.batch_size > val_windows:

@@ -43,14 +43,12 @@ def test_a_plugin_in_the_jax_plugins_namespace_counts(tmp_path, monkeypatch):
     ("", False, True, None),          # a TPU, if libtpu is installed to use it
 ])
 def test_the_cpu_is_split_only_where_jax_will_run_on_it(monkeypatch, platforms, gpu, tpu, cpu_only):
-  import importlib.util
-
   import jax
   monkeypatch.setenv("JAX_PLATFORMS", platforms)
   monkeypatch.setattr(backends, "gpu_plugin_installed", lambda: gpu)
   monkeypatch.setattr(backends, "tpu_may_be_present", lambda: tpu)
   if cpu_only is None:
-    cpu_only = importlib.util.find_spec("libtpu") is None
+    cpu_only = not backends.libtpu_installed()
   before = jax.config.jax_platforms  # read from JAX_PLATFORMS when jax was imported
   jax.config.update("jax_platforms", None)
   try:
