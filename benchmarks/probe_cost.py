@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from nplace import cpu_devices, sharding
+from nplace import sharding
 from nplace.backends import prepare_process
 from nplace.cli import parse_flags
 from nplace.config import experiment, validate
@@ -30,16 +30,17 @@ from _harness import compiled_step, median_seconds, random_batch
 def call_cost(config, repeats):
   state, step = compiled_step(config)
   batch = random_batch(config)
-  placed = cpu_devices.probe_sharding(sharding.replicated(state["step"].sharding.mesh))  # as the trainer's hook
-  probe_batch = jax.device_put(command.probe_batch(config, held_out=True), placed)
+  mesh = state["step"].sharding.mesh
+  probe_batch = jax.device_put(command.probe_batch(config, held_out=True), sharding.replicated(mesh))
   key = command.probe_key(config)
   start = time.perf_counter()
   state, _ = jax.block_until_ready(step(state, batch))
   step_compile = time.perf_counter() - start
   holder = {"state": state}
 
-  def probes():
-    return suite.suite(config, jax.device_put(holder["state"]["params"], placed), probe_batch, key)
+  def probes():  # as the trainer's probe hook runs it
+    with sharding.activation_layout(mesh, config.mesh):
+      return suite.suite(config, holder["state"]["params"], probe_batch, key)
 
   start = time.perf_counter()
   jax.block_until_ready(probes())

@@ -58,16 +58,3 @@ def compiler_options(mesh) -> dict:
   """XLA options for a step on `mesh`: on a split host each device runs its ops on one thread
   (the cores are already shared out by device)."""
   return {"xla_cpu_multi_thread_eigen": False} if is_split(mesh) else {}
-
-
-def probe_sharding(replicated):
-  """Where the probe suite runs: on a split host, on its first device alone, with all cores
-  (its few sequences and forward-mode derivatives split poorly over devices: 1.0 s a suite on
-  two devices, 0.6 s on one, tiny preset on 2 cores); else `replicated`, the train mesh's."""
-  import numpy as np
-  from jax.sharding import Mesh, NamedSharding, PartitionSpec
-  mesh = replicated.mesh
-  if not is_split(mesh):
-    return replicated
-  one = Mesh(np.asarray(mesh.devices.flat[:1]).reshape((1,) * mesh.devices.ndim), mesh.axis_names)
-  return NamedSharding(one, PartitionSpec())

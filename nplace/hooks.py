@@ -6,7 +6,7 @@ import time
 
 import jax
 
-from nplace import checkpoint, cpu_devices, evaluation, metrics, sharding, workdirs
+from nplace import checkpoint, evaluation, metrics, sharding, workdirs
 from nplace.config import profile_window
 
 
@@ -80,14 +80,12 @@ def probe_hook(hooks, config, writer, progress, replicated):
   if not config.probe.every:
     return
   from nplace.probes import command, suite, summaries
-  placed = cpu_devices.probe_sharding(replicated)
-  batch = jax.make_array_from_process_local_data(placed, command.probe_batch(config, held_out=True))
+  batch = jax.make_array_from_process_local_data(replicated, command.probe_batch(config, held_out=True))
   probe_writer = summaries.ProbeWriter(writer, config) if writer.summary else None
 
   def run(step, state):
-    params = state["params"] if placed is replicated else jax.device_put(state["params"], placed)
-    with sharding.activation_layout(placed.mesh, config.mesh):
-      results = jax.device_get(suite.suite(config, params, batch, command.probe_key(config)))
+    with sharding.activation_layout(replicated.mesh, config.mesh):
+      results = jax.device_get(suite.suite(config, state["params"], batch, command.probe_key(config)))
     if probe_writer:
       probe_writer.write(step, results)
     progress.message(f"step {step} probe suite: {len(results)} probes written to TensorBoard")

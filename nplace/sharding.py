@@ -81,6 +81,23 @@ def constrain(x, logical_axes: tuple):
   return x if layout is None else jax.lax.with_sharding_constraint(x, layout)
 
 
+def spread(x_K, logical_axes: tuple):
+  """`x_K`, a stack of independent estimates (power iterations, Hutchinson probes) whose other
+  axes are laid out by `logical_axes`, with its leading axis split over the mesh axes those
+  leave free and it divides (inside activation_layout; else `x_K` itself). The probe suite's
+  few sequences leave devices idle, or repeating each other's work, without it."""
+  layout = activation_sharding(x_K.shape[1:], logical_axes)
+  if layout is None:
+    return x_K
+  mesh, taken = layout.mesh, set(jax.tree.leaves(tuple(layout.spec)))
+  lead = ()
+  for axis in mesh.axis_names:
+    ways = _ways(mesh.shape, lead) * mesh.shape[axis]
+    if axis not in taken and mesh.shape[axis] > 1 and x_K.shape[0] % ways == 0:
+      lead += (axis,)
+  return jax.lax.with_sharding_constraint(x_K, NamedSharding(mesh, PartitionSpec(lead or None, *layout.spec)))
+
+
 def platform() -> str:
   """The platform being compiled for: the layout mesh's devices' (an ahead-of-time compile for
   a TPU slice runs on a CPU host), else the default backend's."""

@@ -82,3 +82,18 @@ def test_uneven_activation_dimension_stays_whole():
     return tuple(jaxpr.eqns[0].params["sharding"].spec)
 
   assert spec_of(4)[0] == ("data", "fsdp") and spec_of(3)[0] is None
+
+
+@pytest.mark.parametrize("mesh_sizes,shape,lead", [
+    ((2, 1, 1), (4, 1, 8, 8), "data"),             # one sequence: the stack takes the devices
+    ((2, 1, 1), (4, 2, 8, 8), None),               # the sequences took them
+    ((2, 1, 1), (3, 1, 8, 8), None),               # 3 estimates do not split in two
+    ((2, 2, 1), (4, 2, 8, 8), ("data", "fsdp")),   # 2 sequences do not split in four
+    ((2, 2, 2), (4, 1, 8, 8), ("data", "fsdp")),   # 4 estimates fill two axes of three
+])
+def test_a_stack_of_estimates_spreads_over_the_devices_its_sequences_leave(mesh_sizes, shape, lead):
+  c = tiny_config()
+  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh_sizes
+  with sharding.activation_layout(AbstractMesh(mesh_sizes, sharding.AXES), c.mesh):
+    jaxpr = jax.make_jaxpr(lambda x: sharding.spread(x, layers.RESIDUAL))(jnp.ones(shape))
+  assert jaxpr.eqns[0].params["sharding"].spec[0] == lead

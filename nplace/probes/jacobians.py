@@ -6,7 +6,8 @@ root-mean-square singular values: |J|_F / sqrt(T d), averaged over sequences in 
 import jax
 import jax.numpy as jnp
 
-from nplace import model
+from nplace import model, sharding
+from nplace.layers import RESIDUAL
 from nplace.probes import taps as taps_lib
 
 
@@ -28,7 +29,7 @@ def frobenius(cfg, params, tokens_BT, taps, key, n_probes):
   forward form needs one JVP per probe *and* layer.
   """
   h_L_BTD, f_vjp = jax.vjp(_top_fn(cfg, params, tokens_BT), taps)
-  u_KBTD = jax.random.normal(key, (n_probes, *h_L_BTD.shape), h_L_BTD.dtype)
+  u_KBTD = sharding.spread(jax.random.normal(key, (n_probes, *h_L_BTD.shape), h_L_BTD.dtype), RESIDUAL)
   ct = jax.vmap(lambda u: f_vjp(u)[0])(u_KBTD)
   L = ct["blocks"]["h"].shape[1]
   Jt_u_KLBTD = jnp.concatenate([ct["h0"][:, None], ct["blocks"]["h"][:, :L - 1]], axis=1)
@@ -48,7 +49,8 @@ def spectral(cfg, params, tokens_BT, taps, key, n_iters):
   Jt = jax.vmap(lambda l, u: taps_lib.pick(f_vjp(u)[0], l))
 
   def normalized(v_LBTD):  # kept in the taps' dtype: the tangents of a bfloat16 model are bfloat16
-    return (v_LBTD * jax.lax.rsqrt(_seq_sq(v_LBTD))[..., None, None]).astype(dtype)
+    v_LBTD = (v_LBTD * jax.lax.rsqrt(_seq_sq(v_LBTD))[..., None, None]).astype(dtype)
+    return sharding.spread(v_LBTD, RESIDUAL)  # each device iterates for its share of the layers
 
   def step(_, v_LBTD):
     return normalized(Jt(layers_L, J(layers_L, v_LBTD)))
@@ -71,6 +73,7 @@ def local_sensitivity(cfg, params, intermediates, key, n_probes):
     return Jv_BTD - v_BTD
 
   v_KLBTD = jax.random.normal(key, (n_probes, *inputs_LBTD.shape), inputs_LBTD.dtype)
+  v_KLBTD = sharding.spread(v_KLBTD, (None, *RESIDUAL))
   per_layer = jax.vmap(branch_jvp)
   layers_L = jnp.arange(1, inputs_LBTD.shape[0] + 1)
   w_KLBTD = jax.vmap(lambda v: per_layer(params["blocks"], layers_L, inputs_LBTD, v))(v_KLBTD)
