@@ -47,19 +47,22 @@ SPLIT_HOST = """
 import json, jax, numpy as np
 from conftest import tiny_config
 from nplace import cpu_devices, model, sharding
-from nplace.config import experiment
 from nplace.probes import command, suite
-mesh = sharding.make_mesh(experiment("tiny", "pre").mesh)
 config = tiny_config()
+mesh = sharding.make_mesh(config.mesh)
 params = model.init(config.model, jax.random.key(0))
 
 def probes(mesh):  # as the trainer's probe hook runs the suite
   p, b = jax.device_put((params, command.probe_batch(config, held_out=False)), sharding.replicated(mesh))
   with sharding.activation_layout(mesh, config.mesh):
-    return jax.device_get(suite.suite(config, p, b, command.probe_key(config)))
+    hlo = suite.jit_suite.lower(model.freeze(config.model), p, b, command.probe_key(config),
+                                model.freeze(config.probe)).as_text()
+    return jax.device_get(suite.suite(config, p, b, command.probe_key(config))), hlo
 
-spread, one = probes(mesh), probes(sharding.make_mesh(config.mesh, jax.devices()[:1]))
+(spread, hlo), (one, _) = probes(mesh), probes(sharding.make_mesh(config.mesh, jax.devices()[:1]))
 print(json.dumps({"options": cpu_devices.compiler_options(mesh),
+                  # the power iteration's [layers, 1 sequence, T, d] vectors, split by layer
+                  "layers_split": '[{"data"}, {}, {}, {}]' in hlo,
                   "probe_error": max(float(np.max(np.abs(spread[k] - one[k]) / (np.abs(one[k]) + 1e-6)))
                                      for k in one)}))
 """
@@ -75,6 +78,7 @@ def test_a_split_host_runs_ops_on_one_thread_and_the_probes_over_its_devices(dev
                                 PYTHONPATH=os.path.dirname(__file__))).stdout
   got = json.loads(out.splitlines()[-1])
   assert got["options"] == ({"xla_cpu_multi_thread_eigen": False} if split else {})
+  assert got["layers_split"] == split
   assert got["probe_error"] < 1e-4
 
 
