@@ -16,7 +16,6 @@ import jax
 from absl import flags
 
 from _harness import compiled_step, random_batch
-from nplace import model
 from nplace.cli import parse_flags
 from nplace.config import experiment, validate
 from nplace.probes import command, suite
@@ -33,8 +32,8 @@ def compile_times(config):
   state, step = compiled_step(config)
   step_s = _seconds(lambda: step.lower(state, random_batch(config)))
   probe_batch, key = command.probe_batch(config, held_out=True), command.probe_key(config)
-  frozen = model.freeze(config.model), model.freeze(config.probe)
-  suite_s = _seconds(lambda: suite.jit_suite.lower(frozen[0], state["params"], probe_batch, key, frozen[1]))
+  mesh = state["step"].sharding.mesh  # the suite as the trainer's probe hook compiles it
+  suite_s = _seconds(lambda: suite.lower(config, state["params"], probe_batch, key, mesh))
   return step_s, suite_s
 
 

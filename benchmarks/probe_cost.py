@@ -39,8 +39,7 @@ def call_cost(config, repeats):
   holder = {"state": state}
 
   def probes():  # as the trainer's probe hook runs it
-    with sharding.activation_layout(mesh, config.mesh):
-      return suite.suite(config, holder["state"]["params"], probe_batch, key)
+    return suite.suite(config, holder["state"]["params"], probe_batch, key, mesh)
 
   start = time.perf_counter()
   jax.block_until_ready(probes())

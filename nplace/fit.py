@@ -14,7 +14,7 @@ import sys
 import jax
 from absl import flags
 
-from nplace import model, sharding, topologies, train_state
+from nplace import sharding, topologies, train_state
 from nplace.info import model_info
 from nplace.probes import suite
 
@@ -146,10 +146,7 @@ def _probe_memory(config, mesh, params, hints) -> dict:
   rep = sharding.replicated(mesh)
   batch = jax.ShapeDtypeStruct((config.probe.batch_size, config.data.seq_len + 1), "int32", sharding=rep)
   key = jax.ShapeDtypeStruct((), jax.eval_shape(jax.random.key, 0).dtype, sharding=rep)
-  with sharding.activation_layout(mesh, config.mesh):
-    lowered = suite.jit_suite.lower(model.freeze(config.model), params, batch, key,
-                                    model.freeze(config.probe))
-  return chip_bytes(_compile(lowered, hints))
+  return chip_bytes(_compile(suite.lower(config, params, batch, key, mesh), hints))
 
 
 def _text(r: dict) -> str:

@@ -6,7 +6,7 @@ import time
 
 import jax
 
-from nplace import checkpoint, evaluation, metrics, sharding, workdirs
+from nplace import checkpoint, evaluation, metrics, workdirs
 from nplace.config import profile_window
 
 
@@ -84,8 +84,7 @@ def probe_hook(hooks, config, writer, progress, replicated):
   probe_writer = summaries.ProbeWriter(writer, config) if writer.summary else None
 
   def run(step, state):
-    with sharding.activation_layout(replicated.mesh, config.mesh):
-      results = jax.device_get(suite.suite(config, state["params"], batch, command.probe_key(config)))
+    results = jax.device_get(suite.suite(config, state["params"], batch, command.probe_key(config), replicated.mesh))
     if probe_writer:
       probe_writer.write(step, results)
     progress.message(f"step {step} probe suite: {len(results)} probes written to TensorBoard")

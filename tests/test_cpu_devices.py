@@ -44,34 +44,46 @@ def test_a_multi_process_run_keeps_one_cpu_device_per_process():
 
 
 SPLIT_HOST = """
-import json, jax, numpy as np
+import json, types, jax, numpy as np
 from conftest import tiny_config
-from nplace import cpu_devices, model, sharding
+from nplace import cpu_devices, hooks, model, sharding
 from nplace.probes import command, suite
 config = tiny_config()
 mesh = sharding.make_mesh(config.mesh)
 params = model.init(config.model, jax.random.key(0))
 
-def probes(mesh):  # as the trainer's probe hook runs the suite
+def probes(mesh):
   p, b = jax.device_put((params, command.probe_batch(config, held_out=False)), sharding.replicated(mesh))
-  with sharding.activation_layout(mesh, config.mesh):
-    hlo = suite.jit_suite.lower(model.freeze(config.model), p, b, command.probe_key(config),
-                                model.freeze(config.probe)).as_text()
-    return jax.device_get(suite.suite(config, p, b, command.probe_key(config))), hlo
+  hlo = suite.lower(config, p, b, command.probe_key(config), mesh).as_text()
+  return jax.device_get(suite.suite(config, p, b, command.probe_key(config), mesh)), hlo
 
 (spread, hlo), (one, _) = probes(mesh), probes(sharding.make_mesh(config.mesh, jax.devices()[:1]))
+
+# the trainer's probe hook, with suite.suite watched: which devices does it lay the suite over?
+laid_over, traced = [], suite.suite
+
+def watched(config, params, batch, key, mesh=None):
+  laid_over.append(None if mesh is None else mesh.devices.size)
+  return traced(config, params, batch, key, mesh)
+
+suite.suite = watched
+loop, config.probe.every = hooks.Hooks(), 1
+hooks.probe_hook(loop, config, types.SimpleNamespace(summary=False), types.SimpleNamespace(message=print),
+                 sharding.replicated(mesh))
+loop.start({"params": jax.device_put(params, sharding.replicated(mesh))})
 print(json.dumps({"options": cpu_devices.compiler_options(mesh),
                   # the power iteration's [layers, 1 sequence, T, d] vectors, split by layer
                   "layers_split": '[{"data"}, {}, {}, {}]' in hlo,
                   "probe_error": max(float(np.max(np.abs(spread[k] - one[k]) / (np.abs(one[k]) + 1e-6)))
-                                     for k in one)}))
+                                     for k in one),
+                  "hook_devices": laid_over}))
 """
 
 
 @pytest.mark.parametrize("devices,split", [(1, False), (max(cpu_devices.cores(), 2), True)])
 def test_a_split_host_runs_ops_on_one_thread_and_the_probes_over_its_devices(devices, split):
   """The probe suite's stacks of estimates spread over the devices (sharding.spread) give
-  one device's results."""
+  one device's results, and the trainer's probe hook lays the suite over all of them."""
   flag = f"--{cpu_devices.USER_FLAG}={devices}"
   out = subprocess.run([sys.executable, "-c", SPLIT_HOST], check=True, capture_output=True, text=True,
                        env=dict(os.environ, XLA_FLAGS=xla_flags(flag), JAX_PLATFORMS="cpu",
@@ -80,6 +92,7 @@ def test_a_split_host_runs_ops_on_one_thread_and_the_probes_over_its_devices(dev
   assert got["options"] == ({"xla_cpu_multi_thread_eigen": False} if split else {})
   assert got["layers_split"] == split
   assert got["probe_error"] < 1e-4
+  assert got["hook_devices"] == [devices]  # the hook's suite runs over the train mesh
 
 
 @pytest.mark.skipif(cpu_devices.cores() < 2, reason="needs two cores")

@@ -1,10 +1,11 @@
 """The whole probe suite as one jit-able function of (params, batch)."""
+import contextlib
 import functools
 
 import jax
 import jax.numpy as jnp
 
-from nplace import model, theory
+from nplace import model, sharding, theory
 from nplace.probes import attention, gradients, jacobians, representations
 from nplace.probes import taps as taps_lib
 
@@ -93,13 +94,29 @@ def out_norm_cap(params):
   return jnp.max(jnp.stack(caps))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4))
-def jit_suite(cfg, params, batch_BT1, key, probe_config):
-  """run_suite compiled once per (frozen model config, frozen probe config)."""
-  return run_suite(cfg, params, batch_BT1, key, probe_config)
+@functools.partial(jax.jit, static_argnums=(0, 4, 5))
+def jit_suite(cfg, params, batch_BT1, key, probe_config, layout=None):
+  """run_suite compiled once per (frozen model config, frozen probe config, layout). `layout`,
+  a (mesh, frozen mesh config) pair, traces it under sharding.activation_layout; being a
+  static argument, it keys jit's cache too (the layout is read at trace time)."""
+  with sharding.activation_layout(*layout) if layout else contextlib.nullcontext():
+    return run_suite(cfg, params, batch_BT1, key, probe_config)
 
 
-def suite(config, params, batch_BT1, key) -> dict:
-  """jit_suite for a full config (freezes its model and probe sections)."""
-  return jit_suite(model.freeze(config.model), params, batch_BT1, key, model.freeze(config.probe))
+def _static_args(config, mesh):
+  layout = None if mesh is None else (mesh, model.freeze(config.mesh))
+  return model.freeze(config.model), model.freeze(config.probe), layout
+
+
+def suite(config, params, batch_BT1, key, mesh=None) -> dict:
+  """jit_suite for a full config; with `mesh`, laid out over it as the trainer's probe hook
+  runs it (its estimates spread over the devices its few sequences leave free)."""
+  cfg, probe_config, layout = _static_args(config, mesh)
+  return jit_suite(cfg, params, batch_BT1, key, probe_config, layout)
+
+
+def lower(config, params, batch_BT1, key, mesh=None):
+  """`suite`'s lowering (for its compiled memory, compile time or HLO), arguments may be shapes."""
+  cfg, probe_config, layout = _static_args(config, mesh)
+  return jit_suite.lower(cfg, params, batch_BT1, key, probe_config, layout)
 
