@@ -5,11 +5,13 @@
         [--placements pre,peri] [--remat default,none] [--rounds 5] [--seconds 2]
 
 Contenders, each a warm worker process of its own: nplace (the trainer's jitted step,
-nplace.train_state, all cores), torch eager at 2 threads and at 1 thread
+nplace.train_state, all cores), nplace on one core (one device, the process pinned to a
+core), torch eager at 2 threads and at 1 thread (pinned to that core too)
 (benchmarks/torch_gpt.py: AdamW + clipping, float32). Each round times every contender for
 about `--seconds` on the same fixed random batch, one after the other, so they never share
-the CPU; the ratios are nplace / torch (2 threads, 1 thread) per round, reported as the
-median over rounds (min..max). The nplace worker runs as `nplace train` does, with
+the CPU; the ratios are nplace / torch (2 threads, 1 thread) and, on one core, nplace's over
+torch's, per round, reported as the median over rounds (min..max). The one-core ratio is the
+kernels' speed alone; the others add how each side spreads a step over the cores. The nplace worker runs as `nplace train` does, with
 `train.reuse_host_memory` (glibc keeps freed memory); torch keeps glibc's defaults (its
 step was no faster with the same settings). Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace
 info`), as a share of a float32 matmul peak measured in the nplace worker in the same run.
@@ -26,12 +28,21 @@ import _harness
 CONTENDERS = {"nplace": None, "torch 2 thr": 2, "torch 1 thr": 1}
 
 
-def _nplace_worker(conn, workload, placement, remat):
+def _one_core():
+  """Pins this process to its first allowed core (before any thread starts)."""
+  os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def _nplace_worker(conn, workload, placement, remat, one_core=False):
+  if one_core:
+    _one_core()
   import jax
   import jax.numpy as jnp
 
   from nplace.info import model_info
   config = _harness.workload_config(workload, placement, remat=remat)
+  if one_core:
+    config.train.cpu_devices = 1
   state, step = _harness.compiled_step(config)
   batch = _harness.random_batch(config)
   holder = {"state": state}
@@ -53,6 +64,8 @@ def _nplace_worker(conn, workload, placement, remat):
 
 
 def _torch_worker(conn, threads, model_cfg, optim_cfg, batch_shape):
+  if threads == 1:
+    _one_core()
   import torch
 
   import torch_gpt
@@ -95,7 +108,8 @@ def measure(workload, placement, remat, rounds, seconds):
   tokens = config.train.batch_size * config.data.seq_len
   ctx = multiprocessing.get_context("spawn")
   args = (config.model.to_dict(), config.optim.to_dict(), (config.train.batch_size, config.data.seq_len + 1))
-  workers = {"nplace": _start(ctx, _nplace_worker, workload, placement, remat)}
+  workers = {"nplace": _start(ctx, _nplace_worker, workload, placement, remat),
+             "nplace 1 core": _start(ctx, _nplace_worker, workload, placement, remat, True)}
   workers.update({name: _start(ctx, _torch_worker, threads, *args)
                   for name, threads in CONTENDERS.items() if threads})
   info = {name: conn.recv() for name, (_, conn) in workers.items()}["nplace"]
@@ -107,7 +121,8 @@ def measure(workload, placement, remat, rounds, seconds):
   for proc, conn in workers.values():
     conn.send(None)
     proc.join()
-  ratios = {name: [a / b for a, b in zip(rates["nplace"], r)] for name, r in rates.items() if name != "nplace"}
+  ratios = {name: [a / b for a, b in zip(rates["nplace"], r)] for name, r in rates.items() if name.startswith("torch")}
+  ratios["1 core"] = [a / b for a, b in zip(rates["nplace 1 core"], rates["torch 1 thr"])]
   return info, {name: statistics.median(r) for name, r in rates.items()}, ratios
 
 
@@ -121,18 +136,18 @@ def main():
   args = parser.parse_args()
   print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.rounds} rounds of ~{args.seconds:g} s each")
   print("| workload | placement | remat | nplace devices | nplace tok/s | torch 2 thr | torch 1 thr | nplace / torch 2 thr "
-        "(median, min..max) | nplace / torch 1 thr | nplace GFLOP/s | % of peak |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|")
+        "(median, min..max) | nplace / torch 1 thr | nplace 1 core | 1 core: nplace / torch | nplace GFLOP/s | % of peak |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for workload in args.workloads.split(","):
     for placement in args.placements.split(","):
       for remat in args.remat.split(","):
         info, rate, ratios = measure(workload, placement, None if remat == "default" else remat,
                                      args.rounds, args.seconds)
         flops = rate["nplace"] * info["flops_per_token"]
-        two, one = ratios["torch 2 thr"], ratios["torch 1 thr"]
+        spread = lambda r: f"{statistics.median(r):.2f} ({min(r):.2f}..{max(r):.2f})"
         print(f"| {workload} | {placement} | {info['remat']} | {info['devices']} | {rate['nplace']:,.0f} | "
-              f"{rate['torch 2 thr']:,.0f} | {rate['torch 1 thr']:,.0f} | **{statistics.median(two):.2f}** "
-              f"({min(two):.2f}..{max(two):.2f}) | {statistics.median(one):.2f} ({min(one):.2f}..{max(one):.2f}) | "
+              f"{rate['torch 2 thr']:,.0f} | {rate['torch 1 thr']:,.0f} | **{spread(ratios['torch 2 thr'])}** | "
+              f"{spread(ratios['torch 1 thr'])} | {rate['nplace 1 core']:,.0f} | {spread(ratios['1 core'])} | "
               f"{flops / 1e9:.0f} | {100 * flops / info['peak']:.0f}% of {info['peak'] / 1e9:.0f} |", flush=True)
   print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
