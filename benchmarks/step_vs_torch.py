@@ -11,9 +11,9 @@ core), torch eager at 2 threads and at 1 thread (pinned to that core too)
 about `--seconds` on the same fixed random batch, one after the other, so they never share
 the CPU; the ratios are nplace / torch (2 threads, 1 thread) and, on one core, nplace's over
 torch's, per round, reported as the median over rounds (min..max). The one-core ratio is one
-core's step alone; the others add how each side spreads a step over the cores. The nplace worker runs as `nplace train` does, with
-`train.reuse_host_memory` (glibc keeps freed memory); torch keeps glibc's defaults (its
-step was no faster with the same settings). Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace
+core's step alone; the others add how each side spreads a step over the cores. The nplace
+workers run as `nplace train` does, with `train.reuse_host_memory` (glibc keeps freed
+memory); torch keeps glibc's defaults (its step was no faster with the same settings). Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace
 info`), as a share of a float32 matmul peak measured in the nplace worker in the same run.
 """
 import argparse

@@ -84,7 +84,8 @@ def probe_hook(hooks, config, writer, progress, replicated):
   probe_writer = summaries.ProbeWriter(writer, config) if writer.summary else None
 
   def run(step, state):
-    results = jax.device_get(suite.suite(config, state["params"], batch, command.probe_key(config), replicated.mesh))
+    results = jax.device_get(
+        suite.suite(config, state["params"], batch, command.probe_key(config), replicated.mesh))
     if probe_writer:
       probe_writer.write(step, results)
     progress.message(f"step {step} probe suite: {len(results)} probes written to TensorBoard")
