@@ -13,8 +13,9 @@ the CPU; the ratios are nplace / torch (2 threads, 1 thread) and, on one core, n
 torch's, per round, reported as the median over rounds (min..max). The one-core ratio is one
 core's step alone; the others add how each side spreads a step over the cores. The nplace
 workers run as `nplace train` does, with `train.reuse_host_memory` (glibc keeps freed
-memory); torch keeps glibc's defaults (its step was no faster with the same settings). Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace
-info`), as a share of a float32 matmul peak measured in the nplace worker in the same run.
+memory); torch keeps glibc's defaults (its step was no faster with the same settings).
+Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace info`), as a share of a float32 matmul peak
+measured in the all-cores nplace worker in the same run.
 """
 import argparse
 import math
@@ -58,7 +59,7 @@ def _nplace_worker(conn, workload, placement, remat, one_core=False):
     jax.block_until_ready(matmul(a))
     return 2 * 2048 ** 3 / _harness.median_seconds(lambda: matmul(a), 7)
 
-  conn.send({"flops_per_token": model_info(config)["flops_per_token"], "peak": peak(),
+  conn.send({"flops_per_token": model_info(config)["flops_per_token"], "peak": None if one_core else peak(),
              "remat": config.model.remat, "devices": jax.device_count()})
   _serve(conn, run)
 
