@@ -1,5 +1,4 @@
 """The whole probe suite as one jit-able function of (params, batch)."""
-import contextlib
 import functools
 
 import jax
@@ -94,29 +93,29 @@ def out_norm_cap(params):
   return jnp.max(jnp.stack(caps))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4, 5))
-def jit_suite(cfg, params, batch_BT1, key, probe_config, layout=None):
-  """run_suite compiled once per (frozen model config, frozen probe config, layout). `layout`,
-  a (mesh, frozen mesh config) pair, traces it under sharding.activation_layout; being a
-  static argument, it keys jit's cache too (the layout is read at trace time)."""
-  with sharding.activation_layout(*layout) if layout else contextlib.nullcontext():
-    return run_suite(cfg, params, batch_BT1, key, probe_config)
+@functools.cache
+def _jitted(layout):
+  """run_suite's jit for one layout (None, or a (mesh, frozen mesh config) pair traced under
+  sharding.under_layout): jit's own cache does not key on the layout, which is read at trace
+  time, so each layout gets its own jit, kept for the process (the compiled suites too)."""
+  fn = jax.jit(run_suite, static_argnums=(0, 4))
+  return fn if layout is None else sharding.under_layout(fn, *layout)
 
 
-def _static_args(config, mesh):
-  layout = None if mesh is None else (mesh, model.freeze(config.mesh))
-  return model.freeze(config.model), model.freeze(config.probe), layout
+def _jitted_and_args(config, mesh):
+  jitted = _jitted(None if mesh is None else (mesh, model.freeze(config.mesh)))
+  return jitted, model.freeze(config.model), model.freeze(config.probe)
 
 
 def suite(config, params, batch_BT1, key, mesh=None) -> dict:
-  """jit_suite for a full config; with `mesh`, laid out over it as the trainer's probe hook
-  runs it (its estimates spread over the devices its few sequences leave free)."""
-  cfg, probe_config, layout = _static_args(config, mesh)
-  return jit_suite(cfg, params, batch_BT1, key, probe_config, layout)
+  """run_suite, compiled once per (frozen model config, frozen probe config, layout); with
+  `mesh`, laid out over it as the trainer's probe hook runs it (its estimates spread over the
+  devices its few sequences leave free)."""
+  jitted, cfg, probe_config = _jitted_and_args(config, mesh)
+  return jitted(cfg, params, batch_BT1, key, probe_config)
 
 
 def lower(config, params, batch_BT1, key, mesh=None):
   """`suite`'s lowering (for its compiled memory, compile time or HLO), arguments may be shapes."""
-  cfg, probe_config, layout = _static_args(config, mesh)
-  return jit_suite.lower(cfg, params, batch_BT1, key, probe_config, layout)
-
+  jitted, cfg, probe_config = _jitted_and_args(config, mesh)
+  return jitted.lower(cfg, params, batch_BT1, key, probe_config)
