@@ -7,10 +7,27 @@ import threading
 import time
 
 import numpy as np
-import tensorboardX
 import tqdm
 
 from nplace import drawing, workdirs
+
+
+def _import_tensorboardx():
+  """tensorboardX without the torch its writer imports on load wherever torch is installed
+  (~2 s and ~190 MB a process for nothing: nplace hands it numpy arrays). `import torch`
+  works again afterwards (BERTScore needs it)."""
+  if "torch" in sys.modules:
+    import tensorboardX
+    return tensorboardX
+  sys.modules["torch"] = None  # `import torch` raises ImportError, which tensorboardX catches
+  try:
+    import tensorboardX
+  finally:
+    del sys.modules["torch"]
+  return tensorboardX
+
+
+tensorboardX = _import_tensorboardx()
 
 # Peak dense bf16 FLOP/s per device, for perf/mfu when train.peak_flops is not set.
 PEAK_FLOPS = {

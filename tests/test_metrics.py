@@ -1,6 +1,9 @@
 """Run reporting: spike counting, the progress bar (or lines), the event-file writer."""
 import functools
 import io
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -91,3 +94,17 @@ def test_a_failed_later_write_is_raised_at_close(tmp_path):
   writer.later(lambda: 1 / 0)
   with pytest.raises(ZeroDivisionError):
     writer.close()
+
+
+def test_importing_the_writer_leaves_an_installed_torch_unloaded(tmp_path):
+  """tensorboardX imports torch on load where it is installed; nplace keeps it out, and
+  `import torch` still works afterwards."""
+  fake = tmp_path / "site" / "torch"
+  fake.mkdir(parents=True)
+  (fake / "__init__.py").write_text("LOADED = True\n")
+  check = ("import sys\nimport nplace.metrics\n"
+           "assert 'torch' not in sys.modules, 'torch was imported'\n"
+           "import torch\nassert torch.LOADED\n")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake.parent), *sys.path]))
+  result = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True)
+  assert result.returncode == 0, result.stderr[-2000:]
