@@ -18,6 +18,7 @@ Model FLOP/s = tokens/s x (6N + 12LTd) (`nplace info`), as a share of a float32 
 measured in the all-cores nplace worker in the same run.
 """
 import argparse
+import importlib.util
 import math
 import multiprocessing
 import os
@@ -25,6 +26,7 @@ import statistics
 import time
 
 import _harness
+from nplace.config import ConfigError
 
 CONTENDERS = {"nplace": None, "torch 2 thr": 2, "torch 1 thr": 1}
 
@@ -135,21 +137,31 @@ def main():
   parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--seconds", type=float, default=2.0, help="per contender per round")
   args = parser.parse_args()
+  unknown = sorted(set(args.workloads.split(",")) - set(_harness.WORKLOADS))
+  if unknown:
+    parser.error(f"--workloads: unknown {', '.join(unknown)} (known: {', '.join(_harness.WORKLOADS)})")
+  runs = [(w, p, None if r == "default" else r) for w in args.workloads.split(",")
+          for p in args.placements.split(",") for r in args.remat.split(",")]
+  for workload, placement, remat in runs:  # a bad value fails here, before any worker compiles
+    try:
+      _harness.workload_config(workload, placement, remat=remat)
+    except (ValueError, ConfigError) as e:
+      parser.error(str(e))
+  if importlib.util.find_spec("torch") is None:
+    parser.exit(2, "step_vs_torch: the baseline needs torch: .venv/bin/pip install torch "
+                   "--index-url https://download.pytorch.org/whl/cpu\n")
   print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.rounds} rounds of ~{args.seconds:g} s each")
   print("| workload | placement | remat | nplace devices | nplace tok/s | torch 2 thr | torch 1 thr | nplace / torch 2 thr "
         "(median, min..max) | nplace / torch 1 thr | nplace 1 core | 1 core: nplace / torch | nplace GFLOP/s | % of peak |")
   print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-  for workload in args.workloads.split(","):
-    for placement in args.placements.split(","):
-      for remat in args.remat.split(","):
-        info, rate, ratios = measure(workload, placement, None if remat == "default" else remat,
-                                     args.rounds, args.seconds)
-        flops = rate["nplace"] * info["flops_per_token"]
-        spread = lambda r: f"{statistics.median(r):.2f} ({min(r):.2f}..{max(r):.2f})"
-        print(f"| {workload} | {placement} | {info['remat']} | {info['devices']} | {rate['nplace']:,.0f} | "
-              f"{rate['torch 2 thr']:,.0f} | {rate['torch 1 thr']:,.0f} | **{spread(ratios['torch 2 thr'])}** | "
-              f"{spread(ratios['torch 1 thr'])} | {rate['nplace 1 core']:,.0f} | {spread(ratios['1 core'])} | "
-              f"{flops / 1e9:.0f} | {100 * flops / info['peak']:.0f}% of {info['peak'] / 1e9:.0f} |", flush=True)
+  for workload, placement, remat in runs:
+    info, rate, ratios = measure(workload, placement, remat, args.rounds, args.seconds)
+    flops = rate["nplace"] * info["flops_per_token"]
+    spread = lambda r: f"{statistics.median(r):.2f} ({min(r):.2f}..{max(r):.2f})"
+    print(f"| {workload} | {placement} | {info['remat']} | {info['devices']} | {rate['nplace']:,.0f} | "
+          f"{rate['torch 2 thr']:,.0f} | {rate['torch 1 thr']:,.0f} | **{spread(ratios['torch 2 thr'])}** | "
+          f"{spread(ratios['torch 1 thr'])} | {rate['nplace 1 core']:,.0f} | {spread(ratios['1 core'])} | "
+          f"{flops / 1e9:.0f} | {100 * flops / info['peak']:.0f}% of {info['peak'] / 1e9:.0f} |", flush=True)
   print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 
