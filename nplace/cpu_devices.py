@@ -11,6 +11,7 @@ import os
 from nplace.config import ConfigError
 
 USER_FLAG = "xla_force_host_platform_device_count"
+_split_here = False  # split() chose this process's device count (not the user)
 
 
 def cores() -> int:
@@ -42,9 +43,22 @@ def split(config) -> None:
   started (a notebook that already used a device)."""
   import jax
   from jax._src import xla_bridge  # backends_are_initialized has no public spelling
+  global _split_here
   user_chose = USER_FLAG in os.environ.get("XLA_FLAGS", "") or jax.config.jax_num_cpu_devices >= 0
   if not user_chose and not xla_bridge.backends_are_initialized():
     jax.config.update("jax_num_cpu_devices", device_count(config, cores()))
+    _split_here = True
+
+
+def mesh_devices(config) -> list:
+  """The devices a run's mesh takes: all of them, except where split() chose their number for
+  an earlier run in this one-process job (`nplace sweep`'s and `nplace demo`'s later trials):
+  there a run with `train.cpu_devices=-1` takes the most of them its batch splits over."""
+  import jax
+  devices = jax.devices()
+  if _split_here and config.train.cpu_devices == -1 and jax.process_count() == 1:
+    return devices[:device_count(config, len(devices))]
+  return devices
 
 
 def is_split(mesh) -> bool:

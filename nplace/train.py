@@ -11,8 +11,8 @@ import signal
 import jax
 from absl import flags
 
-from nplace import (backends, checkpoint, data, evaluation, hooks, metrics, sharding, train_state,
-                    workdirs)
+from nplace import (backends, checkpoint, cpu_devices, data, evaluation, hooks, metrics, sharding,
+                    train_state, workdirs)
 from nplace.config import ConfigError
 from nplace.info import model_info
 from nplace.outcomes import collapsed
@@ -52,7 +52,7 @@ def train(config, workdir) -> dict:
   """Trains (or resumes) in `workdir`; returns what it writes to `workdir/summary.json`."""
   workdir = workdirs.resolve(workdir)
   backends.prepare_process(config)
-  mesh = sharding.make_mesh(config.mesh)
+  mesh = sharding.make_mesh(config.mesh, cpu_devices.mesh_devices(config))
   n_proc, is_main = jax.process_count(), jax.process_index() == 0
   if config.train.batch_size % n_proc:
     raise ConfigError("train.batch_size", config.train.batch_size, f"must divide over {n_proc} processes")

@@ -1,6 +1,7 @@
 """nplace/cpu_devices.py: how many devices a CPU host is split into, and a run split so."""
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -11,6 +12,8 @@ from conftest import xla_flags
 from nplace import cpu_devices
 from nplace.config import experiment
 from test_train import env, run, scalars  # noqa: F401 (env: test_train's fixture, used here)
+
+NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 
 
 def config_with(**train):
@@ -109,3 +112,34 @@ def test_a_run_split_per_core_trains_like_one_device(tmp_path, env):  # noqa: F8
 def test_devices_the_batch_does_not_split_over_are_a_config_error(tmp_path, env):  # noqa: F811
   out = run(tmp_path / "run", "--config.train.cpu_devices=3", env=env, expect=2)
   assert out.count("\n") == 1 and "train.batch_size" in out and "3 devices" in out, out
+
+
+BATCH_SWEEP = '''
+from nplace.config import experiment
+
+
+def get_config(arg=None):
+  c = experiment("tiny", "pre")
+  c.model.update(n_layer=2, d_model=32, remat="none")
+  c.data.update(seq_len=16, synthetic_tokens=65536)
+  c.train.update(steps=2, log_every=1, eval_every=2, eval_batches=2)
+  c.eval.rouge = False
+  return c
+
+
+def get_sweep(arg=None):
+  return [{"train.batch_size": 8}, {"train.batch_size": 3}]
+'''
+
+
+@pytest.mark.skipif(cpu_devices.cores() < 2, reason="needs two cores")
+def test_a_sweeps_later_trial_takes_the_devices_its_batch_splits_over(tmp_path, env):  # noqa: F811
+  """The first trial split the host; the second's 3 rows do not split over 2 devices, so it
+  runs on one (before: a ConfigError on train.batch_size, the trial lost)."""
+  (tmp_path / "grid.py").write_text(BATCH_SWEEP)
+  command = [NPLACE, "sweep", "--config", str(tmp_path / "grid.py"), "--workdir", str(tmp_path / "runs")]
+  out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stdout + out.stderr
+  assert "devices: 2 x cpu" in out.stdout and "devices: 1 x cpu" in out.stdout, out.stdout
+  summaries = [json.loads(p.read_text()) for p in sorted((tmp_path / "runs").glob("*/summary.json"))]
+  assert [s["status"] for s in summaries] == ["completed", "completed"], summaries
