@@ -99,9 +99,9 @@ def _run(config, workdir, mesh, state_shardings, meta, mngr, progress, is_main) 
              "val_perplexity": None, "val_perplexity_of_mean_loss": None, "rouge_text": evaluator.rouge_text,
              "loss_spikes": 0, "skipped_steps": 0, "max_train_loss": None,
              "min_train_loss": None, "max_loss_rebound": None}
-  peak = metrics.peak_flops(jax.devices()[0].device_kind, config.train.peak_flops)
+  peak = metrics.peak_flops(mesh.devices.flat[0].device_kind, config.train.peak_flops)
   log = hooks.StepLog(config, writer, progress, summary, config.train.batch_size * config.data.seq_len,
-                      model_info(config)["flops_per_token"] / (peak * jax.device_count()) if peak else None,
+                      model_info(config)["flops_per_token"] / (peak * mesh.size) if peak else None,
                       workdir / "counters.json" if is_main else None)
   if start:
     log.restore_counters(start)

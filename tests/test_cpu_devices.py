@@ -122,7 +122,7 @@ def get_config(arg=None):
   c = experiment("tiny", "pre")
   c.model.update(n_layer=2, d_model=32, remat="none")
   c.data.update(seq_len=16, synthetic_tokens=65536)
-  c.train.update(steps=2, log_every=1, eval_every=2, eval_batches=2)
+  c.train.update(steps=2, log_every=1, eval_every=2, eval_batches=2, peak_flops=1e11)
   c.eval.rouge = False
   return c
 
@@ -141,5 +141,8 @@ def test_a_sweeps_later_trial_takes_the_devices_its_batch_splits_over(tmp_path, 
   out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stdout + out.stderr
   assert "devices: 2 x cpu" in out.stdout and "devices: 1 x cpu" in out.stdout, out.stdout
-  summaries = [json.loads(p.read_text()) for p in sorted((tmp_path / "runs").glob("*/summary.json"))]
-  assert [s["status"] for s in summaries] == ["completed", "completed"], summaries
+  trials = {n: tmp_path / "runs" / f"batch_size={n}" for n in (8, 3)}
+  assert [json.loads((d / "summary.json").read_text())["status"] for d in trials.values()] == ["completed"] * 2
+  # perf/mfu counts the peak of the devices the trial ran on: twice as many for the first
+  mfu_per_tps = {n: scalars(d, "perf/mfu")[2] / scalars(d, "perf/tokens_per_sec")[2] for n, d in trials.items()}
+  np.testing.assert_allclose(mfu_per_tps[3] / mfu_per_tps[8], 2, rtol=1e-4)
