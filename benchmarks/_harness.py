@@ -17,6 +17,8 @@ WORKLOADS = {
 
 def workload_config(name, placement, **model_overrides):
   """The config of a WORKLOADS entry with `placement` (and more model fields) set."""
+  if name not in WORKLOADS:
+    raise ValueError(f"workload {name!r}: expected one of {', '.join(WORKLOADS)}")
   preset, overrides = WORKLOADS[name]
   config = experiment(preset, placement)
   config.model.update(**overrides, **{k: v for k, v in model_overrides.items() if v is not None})
