@@ -1,13 +1,19 @@
 """Shared by the benchmarks (not one itself): the trainer's compiled step, a random batch, a
-median timer and the configurations the speed benchmarks run."""
+median timer, the configurations the speed benchmarks run, and the flags of the scripts that
+take a --config."""
+import pathlib
+import sys
 import time
 
 import jax
 
-from nplace import backends, sharding, train_state
+from nplace.commands.flags import Command
 from nplace.config import experiment, validate
+from nplace.errors import ConfigError, UsageError
+from nplace.runtime import sharding, startup
+from nplace.train import state as train_state, steps
 
-# name -> (experiment, model overrides): the shapes issue 11 measures
+# name -> (experiment, model overrides): the CPU speed benchmarks' shapes
 WORKLOADS = {
     "tiny": ("tiny", {}),                                  # 4 x 128, T 128
     "12x256": ("tiny", {"n_layer": 12, "d_model": 256}),   # 12 x 256, T 128
@@ -29,10 +35,10 @@ def workload_config(name, placement, **model_overrides):
 def compiled_step(config):
   """(state, step): `nplace train`'s jitted step and a fresh state, on this host's mesh, in a
   process prepared as it prepares one (which counts only before the first device use)."""
-  backends.prepare_process(config)
+  startup.prepare_process(config)
   mesh = sharding.make_mesh(config.mesh)
   shardings = train_state.shardings(config, mesh)
-  step, _ = train_state.compile_steps(config, mesh, shardings)
+  step, _ = steps.compile_steps(config, mesh, shardings)
   return train_state.init(config, shardings), step
 
 
@@ -50,3 +56,20 @@ def median_seconds(fn, repeats):
     jax.block_until_ready(fn())
     times.append(time.perf_counter() - start)
   return sorted(times)[len(times) // 2]
+
+
+def parse_flags(about: str, define=lambda fv: None):
+  """The flags of a benchmark script that takes `--config FILE[:ARG]` (optional) and its
+  `--config.KEY=VALUE` overrides, as `nplace` commands do: `--help` prints them; bad input is
+  one line and exit code 2."""
+  script = pathlib.Path(sys.argv[0]).name
+  command = Command(f"python benchmarks/{script} [--config FILE[:ARG]] [flags] [--config.KEY=VALUE ...]", about,
+                    define, config="optional")
+  if "--help" in sys.argv[1:]:
+    print(command.help())
+    sys.exit(0)
+  try:
+    return command.parse(sys.argv[1:])[0]
+  except (UsageError, ConfigError) as e:
+    print(f"{script}: {e}", file=sys.stderr)
+    sys.exit(2)

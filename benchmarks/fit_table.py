@@ -11,7 +11,7 @@ import json
 import pathlib
 import time
 
-from nplace import fit
+from nplace.train import fit
 from nplace.config import experiment
 
 SIZES = ("124m", "350m", "774m", "1.5b")

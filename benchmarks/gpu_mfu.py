@@ -1,4 +1,4 @@
-"""Model FLOPs utilisation of the GPT-2 presets' train step on one accelerator (issue 11, item 6).
+"""Model FLOPs utilisation of the GPT-2 presets' train step on one accelerator.
 
     python benchmarks/gpu_mfu.py [--runs 124m:16:none:auto,1.5b:8:full:auto] [--dtype bfloat16]
         [--steps 10] [--peak-tflops 989] [--json OUT.jsonl] [--profile DIR]
@@ -6,7 +6,7 @@
 A run is SIZE:BATCH:REMAT:ATTENTION[:SECTION.KEY=VALUE...] (experiments/gpt2.py:SIZE,PLACEMENT;
 BATCH sequences of 1024 tokens; model.remat; model.attention_impl; more config fields, e.g.
 `124m:16:none:auto:model.loss_chunks=8`). Each compiles `nplace train`'s own jitted
-step (nplace.train_state: AdamW, clipping, donation) and times `--steps` steps three times
+step (nplace.train.steps: AdamW, clipping, donation) and times `--steps` steps three times
 on a fixed random batch, taking the median. MFU = tokens/s x (6N + 12 L T d) / peak, the
 formula nanoGPT's `estimate_mfu` and MaxText use (remat's recompute is not counted), against
 both the datasheet peak (`--peak-tflops`; H100/H200 SXM dense bf16: 989) and a bf16 matmul
@@ -28,9 +28,10 @@ import jax
 import jax.numpy as jnp
 
 import _harness
-from nplace import fit, grid
 from nplace.config import experiment, validate
-from nplace.info import model_info
+from nplace.model.size import model_info
+from nplace.studies import grid
+from nplace.train import fit
 
 DEFAULT_RUNS = "124m:16:none:xla,124m:16:none:auto,124m:16:dots:auto,1.5b:16:dots:auto,1.5b:32:dots:auto"  # BUILD_NOTES' GPU tables
 

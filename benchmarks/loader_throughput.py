@@ -4,7 +4,7 @@
 
 Both count target tokens (batch * seq_len) per second on experiments/tiny.py:pre with
 its default synthetic source (prepared into the cache on first use). The training step
-is the trainer's own (nplace.train_state), timed on batches already in memory, after
+is the trainer's own (nplace.train.steps), timed on batches already in memory, after
 compilation.
 """
 import argparse
@@ -12,13 +12,13 @@ import time
 
 import jax
 
-from nplace import data
+from nplace.data import loader, prepare
 from nplace.config import experiment, validate
 from _harness import compiled_step
 
 
 def loader_rate(config, batches: int) -> float:
-  it = data.make_iterator(config.data, "train", config.train.batch_size, seed=0, shuffle=True,
+  it = loader.make_iterator(config.data, "train", config.train.batch_size, seed=0, shuffle=True,
                           process_index=0, process_count=1)
   next(it)
   start = time.perf_counter()
@@ -29,7 +29,7 @@ def loader_rate(config, batches: int) -> float:
 
 def train_rate(config, steps: int):
   state, step = compiled_step(config)
-  it = data.make_iterator(config.data, "train", config.train.batch_size, seed=0, shuffle=True,
+  it = loader.make_iterator(config.data, "train", config.train.batch_size, seed=0, shuffle=True,
                           process_index=0, process_count=1)
   batches = [next(it) for _ in range(steps + 1)]
   state, metrics = step(state, batches[0])  # compiles
@@ -48,7 +48,7 @@ def main():
   args = parser.parse_args()
   config = experiment("tiny", "pre")
   validate(config)
-  data.prepared_dir(config.data)
+  prepare.prepared_dir(config.data)
   loader, train = loader_rate(config, args.batches), train_rate(config, args.steps)
   print(f"loader   {loader:12,.0f} tokens/s  ({args.batches} batches of "
         f"{config.train.batch_size}x{config.data.seq_len + 1})")

@@ -4,13 +4,12 @@ whole training run with `probe.every=50` against probes off (a benchmark, not a 
     .venv/bin/python benchmarks/probe_cost.py [--config experiments/tiny.py:pre] [--repeats 5]
         [--steps 200] [--pairs 3] [--config.KEY=VALUE ...]
 
-The step is the trainer's own (nplace.train_state) on experiments/tiny.py's config; the suite
-runs on probe.batch_size held-out sequences. The run comparison calls `nplace.train.train`
+The step is the trainer's own (nplace.train.steps) on experiments/tiny.py's config; the suite
+runs on probe.batch_size held-out sequences. The run comparison calls `nplace.train.loop.train`
 on the synthetic source, alternating probes off and on, and compares the median tokens/s
 (compilation excluded: the suite compiles before the first step, the train step's compile
 is the excluded first step).
 """
-import sys
 import tempfile
 import time
 
@@ -18,21 +17,20 @@ import jax
 import numpy as np
 from absl import flags
 
-from nplace import sharding
-from nplace.backends import prepare_process
-from nplace.cli import parse_flags
+from _harness import compiled_step, median_seconds, parse_flags, random_batch
 from nplace.config import experiment, validate
-from nplace.probes import command, suite
-from nplace.train import train
-from _harness import compiled_step, median_seconds, random_batch
+from nplace.probes import inputs, suite
+from nplace.runtime import sharding
+from nplace.runtime.startup import prepare_process
+from nplace.train.loop import train
 
 
 def call_cost(config, repeats):
   state, step = compiled_step(config)
   batch = random_batch(config)
   mesh = state["step"].sharding.mesh
-  probe_batch = jax.device_put(command.probe_batch(config, held_out=True), sharding.replicated(mesh))
-  key = command.probe_key(config)
+  probe_batch = jax.device_put(inputs.probe_batch(config, held_out=True), sharding.replicated(mesh))
+  key = inputs.probe_key(config)
   start = time.perf_counter()
   state, _ = jax.block_until_ready(step(state, batch))
   step_compile = time.perf_counter() - start
@@ -64,7 +62,7 @@ def run_overhead(config, steps, pairs):
     for every in rates:
       config.probe.every, config.train.steps = every, steps
       with tempfile.TemporaryDirectory() as workdir:
-        rates[every].append(train(config, workdir)["tokens_per_sec"])
+        rates[every].append(train(config, workdir).tokens_per_sec)
       print(f"training run, {steps} steps, probes every {every or 'never'}: {rates[every][-1]:,.0f} tokens/s")
   off, on = np.median(rates[0]), np.median(rates[50])
   print(f"median of {pairs} runs each: probes off {off:,.0f} tokens/s, every 50 {on:,.0f} tokens/s: "
@@ -77,7 +75,7 @@ def main():
     flags.DEFINE_integer("steps", 200, "steps of each training run", flag_values=fv)
     flags.DEFINE_integer("pairs", 3, "alternated training runs with probes off and on", flag_values=fv)
 
-  fv = parse_flags(sys.argv[1:], define, need_config=False)
+  fv = parse_flags(__doc__, define)
   config = fv.config if fv.config is not None else experiment("tiny", "pre")
   config.train.eval_every = config.checkpoint.every = fv.steps  # time steps and probes only
   validate(config)

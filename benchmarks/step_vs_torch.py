@@ -5,7 +5,7 @@
         [--placements pre,peri] [--remat default,none] [--rounds 5] [--seconds 2]
 
 Contenders, each a warm worker process of its own: nplace (the trainer's jitted step,
-nplace.train_state, all cores), nplace on one core (one device, the process pinned to a
+nplace.train.steps, all cores), nplace on one core (one device, the process pinned to a
 core), torch eager at 2 threads and at 1 thread (pinned to that core too)
 (benchmarks/torch_gpt.py: AdamW + clipping, float32). Each round times every contender for
 about `--seconds` on the same fixed random batch, one after the other, so they never share
@@ -26,7 +26,7 @@ import statistics
 import time
 
 import _harness
-from nplace.config import ConfigError
+from nplace.errors import ConfigError
 
 CONTENDERS = {"nplace": None, "torch 2 thr": 2, "torch 1 thr": 1}
 
@@ -42,7 +42,7 @@ def _nplace_worker(conn, workload, placement, remat, one_core=False):
   import jax
   import jax.numpy as jnp
 
-  from nplace.info import model_info
+  from nplace.model.size import model_info
   config = _harness.workload_config(workload, placement, remat=remat)
   if one_core:
     config.train.cpu_devices = 1

@@ -2,7 +2,8 @@
 
 `experiments/deep48.py[:PLACEMENT]` swaps the placement (default post).
 """
-from nplace.config import PLACEMENTS, base_config
+from nplace.config import base_config
+from nplace.model.placements import PLACEMENTS
 
 
 def get_config(arg: str = "post"):

@@ -3,7 +3,8 @@
 SIZE is 124m | 350m | 774m | 1.5b (vocab 50257, context 1024, LayerNorm with bias).
 PLACEMENT is post | pre | peri (default pre, as GPT-2).
 """
-from nplace.config import PLACEMENTS, base_config
+from nplace.config import base_config
+from nplace.model.placements import PLACEMENTS
 
 SIZES = {  # n_layer, n_head, d_model
     "124m": (12, 12, 768),

@@ -8,7 +8,7 @@
   paper_lr_scan[,SIZE]
 
 `nplace sweep --config experiments/stability.py:cpu --workdir runs/stability` runs a grid;
-`nplace report runs/stability --out ...` tabulates it (failure kinds: nplace/outcomes.py).
+`nplace report runs/stability --out ...` tabulates it (failure kinds: nplace/studies/outcomes.py).
 """
 import ml_collections
 
@@ -51,7 +51,7 @@ def _cpu() -> ml_collections.ConfigDict:
 
 
 def _paper(size: str) -> ml_collections.ConfigDict:
-  """GPT-2 SIZE on OpenWebText with nanoGPT's recipe (SCIENCE.md, reference numbers):
+  """GPT-2 SIZE on OpenWebText with nanoGPT's recipe (docs/science.md, reference numbers):
   0.5M-token batches, lr 6e-4 cosine to 6e-5, warmup 2000, AdamW (0.9, 0.95), clip 1."""
   from nplace.config import experiment
   c = experiment("gpt2", size)

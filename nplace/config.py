@@ -1,171 +1,238 @@
-"""The base configuration and its validation.
+"""Every configuration key, its default and its one-line doc, by section; validation; the
+experiment files.
 
-Every field carries a one-line doc as a trailing comment. Experiments in
-`experiments/` start from `base_config()` and change what they need; the command
-line overrides with `--config.section.field=value` (ml_collections config_flags).
+A section is a frozen dataclass (`ModelConfig`, `TrainConfig`, ...) whose fields are its keys.
+`base_config()` builds from them the ml_collections ConfigDict that `experiments/*.py` start from
+and the command line overrides (`--config.section.key=value`); `ModelConfig.of(config.model)`
+turns a section back into its typed, frozen form (hashable: a static argument of jit).
+`nplace info --config FILE --keys` prints every key with its value and doc.
 """
+import dataclasses
 import importlib.util
 import pathlib
+import types
+import typing
 
 import ml_collections
 from ml_collections import config_dict
 
-# The experiment configs: the source tree's experiments/, which installs as nplace.experiments
-# (through the link nplace/experiments), so an installed package finds them without the tree.
+from nplace.data import checks as data_checks
+from nplace.errors import ConfigError
+from nplace.model.placements import PLACEMENTS
+
+# The experiment configs: the source tree's experiments/, which installs as nplace.experiments,
+# so an installed package finds them without the tree.
 EXPERIMENTS = pathlib.Path(importlib.util.find_spec("nplace.experiments").submodule_search_locations[0])
 
-# The names of nplace/placements.py's declarations (listed here so validation imports no jax).
-PLACEMENTS = ("post", "pre", "peri", "reorder", "deepnorm", "mix", "lns", "rezero", "hybrid")
-NORMS = ("layernorm", "rmsnorm", "dyt")
-ATTENTIONS = ("softmax", "centered")
-ATTENTION_IMPLS = ("xla", "dot_product", "auto")
-MLPS = ("gelu", "swiglu")
-INITS = ("gpt2", "normal", "variance_preserving")
-REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
-DTYPES = ("float32", "bfloat16")
-IMAGE_SCHEDULES = ("log", "all", "none")
+
+def key(default, doc: str, choices: tuple = ()):
+  """A config key: its default, one-line doc and, for a string, the values it may take."""
+  return dataclasses.field(default=default, metadata={"doc": doc, "choices": tuple(choices)})
 
 
-class ConfigError(ValueError):
-  """A bad configuration value; the message is one line naming the key."""
-
-  def __init__(self, key: str, value, why: str):
-    super().__init__(f"config error: {key}={value!r}: {why}")
-    self.key = key
+def _frozen(value):
+  """Lists (JSON's, a ConfigDict's) as tuples, all the way down: a hashable value."""
+  return tuple(map(_frozen, value)) if isinstance(value, (list, tuple)) else value
 
 
-def model_config() -> ml_collections.ConfigDict:
-  m = ml_collections.ConfigDict()
-  m.vocab_size = 50257  # tokens in the vocabulary (rows of the tied embedding)
-  m.max_len = 1024  # rows of the learned position table; longest sequence the model accepts
-  m.n_layer = 12  # number of blocks (scanned)
-  m.n_head = 12  # attention heads; d_model must divide by it
-  m.d_model = 768  # width of the residual stream
-  m.d_ff = config_dict.placeholder(int)  # MLP hidden width; None = 4 * d_model
-  m.placement = "pre"  # where the norm goes: post | pre | peri | reorder | deepnorm | mix | lns | rezero | hybrid
-  m.mix_post_fraction = 0.25  # mix: the first floor(f * n_layer) layers are Post-LN, the rest Pre-LN
-  m.qk_norm = False  # a per-head norm on the attention queries and keys (any placement)
-  m.norm = "layernorm"  # layernorm (with bias, as GPT-2) | rmsnorm (gain only) | dyt (gamma tanh(alpha x) + beta)
-  m.norm_eps = 1e-5  # epsilon inside the norm's square root
-  m.embed_norm = False  # a norm on the embedding output (Peri-LN paper's option)
-  m.dt = 1.0  # residual step: h + dt * branch
-  m.attention = "softmax"  # softmax | centered (softmax minus the prefix average; study B ablation)
-  m.attention_impl = "auto"  # xla (einsum; sows the probabilities) | dot_product (fused: cuDNN on GPU, splash on TPU, causal halves on CPU) | auto (dot_product unless centered)
-  m.mlp = "gelu"  # gelu (GPT-2, tanh approximation) | swiglu
-  m.use_bias = True  # biases in the linear layers (GPT-2 has them)
-  m.init = "gpt2"  # gpt2 | normal | variance_preserving
-  m.init_std = 0.02  # weight std for the gpt2 and normal schemes
-  m.loss_chunks = 1  # train loss over this many slices of the sequence, logits recomputed in the backward (never all [B, T, vocab] at once); must divide data.seq_len
-  m.head_vocab_multiple = 128  # the head's product runs over the vocabulary padded with zero rows to a multiple of this, logits sliced back: same function, GEMM tiles aligned (GPT-2's 50257 rows were 1.14x slower on a GPU)
-  m.remat = "full"  # rematerialisation policy per block: none | full | dots | dots_no_batch
-  m.dtype = "float32"  # compute dtype (parameters stay float32)
-  return m
+class Section:
+  """What every section dataclass has: its ConfigDict form and back."""
+
+  @classmethod
+  def defaults(cls) -> ml_collections.ConfigDict:
+    """The section's keys at their defaults; a key that defaults to None is a typed
+    placeholder, so `--config.x=3` still parses as its type."""
+    hints = typing.get_type_hints(cls)
+    out = ml_collections.ConfigDict()
+    for field in dataclasses.fields(cls):
+      if field.default is None:
+        (kind,) = [t for t in typing.get_args(hints[field.name]) if t is not types.NoneType]
+        out[field.name] = config_dict.placeholder(kind)
+      else:
+        out[field.name] = field.default
+    return out
+
+  @classmethod
+  def of(cls, section):
+    """The typed, frozen form of a section (a ConfigDict, frozen or not; or one already typed)."""
+    if isinstance(section, cls):
+      return section
+    return cls(**{field.name: _frozen(section[field.name]) for field in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(Section):
+  """config.model: the network (GPT-2 124M shapes and Pre-LN by default)."""
+  vocab_size: int = key(50257, "tokens in the vocabulary (rows of the tied embedding)")
+  max_len: int = key(1024, "rows of the learned position table; longest sequence the model accepts")
+  n_layer: int = key(12, "number of blocks (scanned)")
+  n_head: int = key(12, "attention heads; d_model must divide by it")
+  d_model: int = key(768, "width of the residual stream")
+  d_ff: int | None = key(None, "MLP hidden width; None = 4 * d_model")
+  placement: str = key("pre", "where the norm goes (nplace info --placements lists them)", tuple(PLACEMENTS))
+  mix_post_fraction: float = key(0.25, "mix: the first floor(f * n_layer) layers are Post-LN, the rest Pre-LN")
+  qk_norm: bool = key(False, "a per-head norm on the attention queries and keys (any placement)")
+  norm: str = key("layernorm", "layernorm (with bias, as GPT-2) | rmsnorm (gain only) | dyt (gamma tanh(alpha x) + beta)",
+                  ("layernorm", "rmsnorm", "dyt"))
+  norm_eps: float = key(1e-5, "epsilon inside the norm's square root")
+  embed_norm: bool = key(False, "a norm on the embedding output (Peri-LN paper's option)")
+  dt: float = key(1.0, "residual step: h + dt * branch")
+  attention: str = key("softmax", "softmax | centered (softmax minus the prefix average; study B ablation)",
+                       ("softmax", "centered"))
+  attention_impl: str = key("auto", "xla (einsum; sows the probabilities) | dot_product (fused: cuDNN on GPU, "
+                            "splash on TPU, causal halves on CPU) | auto (dot_product unless centered)",
+                            ("xla", "dot_product", "auto"))
+  mlp: str = key("gelu", "gelu (GPT-2, tanh approximation) | swiglu", ("gelu", "swiglu"))
+  use_bias: bool = key(True, "biases in the linear layers (GPT-2 has them)")
+  init: str = key("gpt2", "gpt2 | normal | variance_preserving", ("gpt2", "normal", "variance_preserving"))
+  init_std: float = key(0.02, "weight std for the gpt2 and normal schemes")
+  loss_chunks: int = key(1, "train loss over this many slices of the sequence, logits recomputed in the backward "
+                         "(never all [B, T, vocab] at once); must divide data.seq_len")
+  head_vocab_multiple: int = key(128, "the head's product runs over the vocabulary padded with zero rows to a "
+                                 "multiple of this, logits sliced back: same function, GEMM tiles aligned")
+  remat: str = key("full", "rematerialisation policy per block: none | full | dots | dots_no_batch",
+                   ("none", "full", "dots", "dots_no_batch"))
+  dtype: str = key("float32", "compute dtype (parameters stay float32)", ("float32", "bfloat16"))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig(Section):
+  """config.data: where the tokens come from (nplace/data/)."""
+  seq_len: int = key(1024, "tokens per training window (<= model.max_len)")
+  source: str = key("synthetic", "synthetic | text:PATH | tfds:NAME[/CONFIG]:SPLIT | openwebtext")
+  tokenizer: str = key("byte", "byte | gpt2 (the synthetic source emits its own token ids)")
+  text_field: str = key("text", "field holding the document in .jsonl lines and TFDS examples")
+  tfds_data_dir: str | None = key(None, "TFDS data_dir (gs:// works); None = TFDS's default")
+  val_fraction: float = key(0.01, "share of the token stream (its end) held out as the validation split")
+  token_dtype: str = key("uint16", "dtype of the prepared shards: uint16 (vocab <= 65536) | uint32")
+  cache_dir: str | None = key(None, "where sources are prepared; None = $NPLACE_CACHE or ~/.cache/nplace/data")
+  synthetic_vocab: int = key(256, "tokens of the synthetic language (<= model.vocab_size)")
+  synthetic_order: int = key(2, "its Markov order k: the next token depends on the last k")
+  synthetic_tokens: int = key(1 << 24, "tokens it generates (train + val)")
+  synthetic_seed: int = key(0, "seed of the language and of its samples")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeConfig(Section):
+  """config.probe: the probe suite during training and in `nplace probe`."""
+  every: int = key(0, "run the probe suite every N train steps (and at step 0); 0 = off")
+  images: str = key("log", "probe steps that also draw images: log (0, every x 2^k, last), all, none",
+                    ("log", "all", "none"))
+  batch_size: int = key(4, "held-out sequences the probe suite runs on")
+  hutchinson_probes: int = key(4, "Gaussian probes per Hutchinson estimate of a Jacobian's Frobenius norm")
+  power_iters: int = key(10, "power iterations (J^T J v) per spectral-norm estimate; 0 = skip (costs O(L^2))")
+  spectral_batch: int = key(1, "sequences (the batch's first) the spectral norms are averaged over")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(Section):
+  """config.train: the loop."""
+  steps: int = key(1000, "optimizer steps in the run")
+  batch_size: int = key(8, "sequences per optimizer step, global over all devices")
+  grad_accum: int = key(1, "microbatches per step (batch_size must divide by it); gradients are summed in the step")
+  log_every: int = key(10, "write train/* and perf/* scalars every N steps")
+  eval_every: int = key(100, "evaluate on the validation split every N steps (and at the end)")
+  eval_batches: int = key(4, "validation batches per evaluation (always the same ones)")
+  on_divergence: str = key("stop", "non-finite loss or gradient: stop (status diverged) | skip (drop the update)",
+                           ("stop", "skip"))
+  spike_window: int = key(50, "steps in the rolling window of the loss-spike detector")
+  spike_zscore: float = key(4.0, "a loss this many standard deviations above the window mean is a spike")
+  peak_flops: float | None = key(None, "peak FLOP/s per device for perf/mfu; None = device table")
+  cpu_devices: int = key(-1, "on a CPU: XLA devices the host is split into, data-parallel over the batch "
+                         "(nplace/runtime/cpu_split.py); -1 = one per core, as many as the batch splits over")
+  reuse_host_memory: bool = key(True, "glibc malloc keeps freed host memory (nplace/runtime/malloc.py): "
+                                "~15% faster CPU steps, higher resident set")
+  profile_steps: str | None = key(None, "\"START,STOP\": jax.profiler trace of steps START..STOP (inclusive) "
+                                  "into <workdir>/plugins/profile; None = off")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig(Section):
+  """config.eval: what an evaluation computes beyond the loss."""
+  rouge: bool = key(True, "ROUGE-1/2/L of the argmax predictions at every eval (pure Python: off for speed)")
+  bertscore_model: str | None = key(None, "local model directory for BERTScore; None = off")
+  bertscore_layers: int | None = key(None, "its layer to score with; None = the last")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig(Section):
+  """config.optim: AdamW, its schedule and its weight-decay mask."""
+  lr: float = key(6e-4, "peak learning rate")
+  min_lr_ratio: float = key(0.1, "cosine decays to lr * min_lr_ratio at the last step")
+  warmup_steps: int = key(100, "linear warmup from 0")
+  b1: float = key(0.9, "AdamW beta1")
+  b2: float = key(0.95, "AdamW beta2")
+  eps: float = key(1e-8, "AdamW epsilon")
+  weight_decay: float = key(0.1, "decoupled weight decay; 0 = off")
+  decay_norms: bool = key(False, "apply weight decay to norm gains and biases")
+  decay_biases: bool = key(False, "apply weight decay to linear-layer biases")
+  decay_embeddings: bool = key(False, "apply weight decay to the token and position embeddings")
+  clip_norm: float = key(1.0, "clip gradients to this global norm; 0 = off")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig(Section):
+  """config.checkpoint: orbax checkpoints in WORKDIR/checkpoints."""
+  every: int = key(100, "save every N steps (and at the end, and on SIGTERM)")
+  keep: int = key(3, "newest checkpoints kept")
+  async_save: bool = key(True, "write in the background while training goes on")
+
+
+# Logical axis -> mesh axes; a logical axis not listed is replicated. Parameters: embed, heads,
+# kv, mlp, vocab, norm, position, layers. Activations (sharding.constrain in the model, active
+# under the mesh): batch, length, act_embed, act_heads, act_kv, act_mlp, act_vocab. Listing
+# act_embed nowhere keeps the residual stream whole on each device, so the fsdp-sharded `embed`
+# of the weights never drags the batch into an all-gather. `vocab` is left out: GPT-2's 50257
+# splits over no even axis (add ("vocab", "tensor") with a padded vocab). Where n_head does not
+# divide over `tensor` (GPT-2 1.5B: 25), shard `kv` instead.
+RULES = (
+    ("batch", ("data", "fsdp")),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("mlp", "tensor"),
+    ("act_heads", "tensor"),
+    ("act_mlp", "tensor"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig(Section):
+  """config.mesh: the device mesh (data, fsdp, tensor) and the logical-axis rules."""
+  data: int = key(-1, "data-parallel axis size; -1 = the devices left over")
+  fsdp: int = key(1, "parameter-sharded data-parallel axis size (params sharded over `embed`)")
+  tensor: int = key(1, "tensor-parallel axis size (heads, mlp, vocab)")
+  rules: tuple = key(RULES, "logical axis -> mesh axes, for parameters and activations (nplace/config.py: RULES)")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig(Section):
+  """config.distributed: jax.distributed for multi-host runs."""
+  initialize: bool = key(False, "call jax.distributed.initialize() (multi-host); TPU pods auto-detect the rest")
+  coordinator_address: str | None = key(None, "host:port of process 0; None = auto")
+  num_processes: int | None = key(None, "None = auto")
+  process_id: int | None = key(None, "None = auto")
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "probe": ProbeConfig, "train": TrainConfig,
+            "eval": EvalConfig, "optim": OptimConfig, "checkpoint": CheckpointConfig, "mesh": MeshConfig,
+            "distributed": DistributedConfig}
+TOP_KEYS = {"seed": (0, "seed for parameter init and everything random not tied to data")}
 
 
 def base_config() -> ml_collections.ConfigDict:
   """Every section with its defaults (GPT-2 124M shapes, Pre-LN)."""
-  c = ml_collections.ConfigDict()
-  c.model = model_config()
-  c.data = ml_collections.ConfigDict()
-  c.data.seq_len = 1024  # tokens per training window (<= model.max_len)
-  c.data.source = "synthetic"  # synthetic | text:PATH | tfds:NAME[/CONFIG]:SPLIT | openwebtext
-  c.data.tokenizer = "byte"  # byte | gpt2 (the synthetic source emits its own token ids)
-  c.data.text_field = "text"  # field holding the document in .jsonl lines and TFDS examples
-  c.data.tfds_data_dir = config_dict.placeholder(str)  # TFDS data_dir (gs:// works); None = TFDS's default
-  c.data.val_fraction = 0.01  # share of the token stream (its end) held out as the validation split
-  c.data.token_dtype = "uint16"  # dtype of the prepared shards: uint16 (vocab <= 65536) | uint32
-  c.data.cache_dir = config_dict.placeholder(str)  # where sources are prepared; None = $NPLACE_CACHE or ~/.cache/nplace/data
-  c.data.synthetic_vocab = 256  # tokens of the synthetic language (<= model.vocab_size)
-  c.data.synthetic_order = 2  # its Markov order k: the next token depends on the last k
-  c.data.synthetic_tokens = 1 << 24  # tokens it generates (train + val)
-  c.data.synthetic_seed = 0  # seed of the language and of its samples
-  c.probe = ml_collections.ConfigDict()
-  c.probe.every = 0  # run the probe suite every N train steps (and at step 0); 0 = off
-  c.probe.images = "log"  # probe steps that also draw images: log (0, every x 2^k, last), all, none
-  c.probe.batch_size = 4  # held-out sequences the probe suite runs on
-  c.probe.hutchinson_probes = 4  # Gaussian probes per Hutchinson estimate of a Jacobian's Frobenius norm
-  c.probe.power_iters = 10  # power iterations (J^T J v) per spectral-norm estimate; 0 = skip (costs O(L^2))
-  c.probe.spectral_batch = 1  # sequences (the batch's first) the spectral norms are averaged over
-  c.train = train_config()
-  c.eval = eval_config()
-  c.optim = optim_config()
-  c.checkpoint = ml_collections.ConfigDict()
-  c.checkpoint.every = 100  # save every N steps (and at the end, and on SIGTERM)
-  c.checkpoint.keep = 3  # newest checkpoints kept
-  c.checkpoint.async_save = True  # write in the background while training goes on
-  c.mesh = mesh_config()
-  c.distributed = ml_collections.ConfigDict()
-  c.distributed.initialize = False  # call jax.distributed.initialize() (multi-host); TPU pods auto-detect the rest
-  c.distributed.coordinator_address = config_dict.placeholder(str)  # host:port of process 0; None = auto
-  c.distributed.num_processes = config_dict.placeholder(int)  # None = auto
-  c.distributed.process_id = config_dict.placeholder(int)  # None = auto
-  c.seed = 0  # seed for parameter init and everything random not tied to data
+  c = ml_collections.ConfigDict({name: section.defaults() for name, section in SECTIONS.items()})
+  for name, (default, _) in TOP_KEYS.items():
+    c[name] = default
   return c
 
 
-def train_config() -> ml_collections.ConfigDict:
-  t = ml_collections.ConfigDict()
-  t.steps = 1000  # optimizer steps in the run
-  t.batch_size = 8  # sequences per optimizer step, global over all devices
-  t.grad_accum = 1  # microbatches per step (batch_size must divide by it); gradients are summed in the step
-  t.log_every = 10  # write train/* and perf/* scalars every N steps
-  t.eval_every = 100  # evaluate on the validation split every N steps (and at the end)
-  t.eval_batches = 4  # validation batches per evaluation (always the same ones)
-  t.on_divergence = "stop"  # non-finite loss or gradient: stop (status diverged) | skip (drop the update)
-  t.spike_window = 50  # steps in the rolling window of the loss-spike detector
-  t.spike_zscore = 4.0  # a loss this many standard deviations above the window mean is a spike
-  t.peak_flops = config_dict.placeholder(float)  # peak FLOP/s per device for perf/mfu; None = device table
-  t.cpu_devices = -1  # on a CPU: XLA devices the host is split into, data-parallel over the batch (nplace/cpu_devices.py); -1 = one per core, as many as the batch splits over
-  t.reuse_host_memory = True  # glibc malloc keeps freed host memory (nplace/host_memory.py): ~15% faster CPU steps, higher resident set
-  t.profile_steps = config_dict.placeholder(str)  # "START,STOP": jax.profiler trace of steps START..STOP (inclusive) into <workdir>/plugins/profile; None = off
-  return t
-
-
-def eval_config() -> ml_collections.ConfigDict:
-  e = ml_collections.ConfigDict()
-  e.rouge = True  # ROUGE-1/2/L of the argmax predictions at every eval (pure Python: off for speed)
-  e.bertscore_model = config_dict.placeholder(str)  # local model directory for BERTScore; None = off
-  e.bertscore_layers = config_dict.placeholder(int)  # its layer to score with; None = the last
-  return e
-
-
-def optim_config() -> ml_collections.ConfigDict:
-  o = ml_collections.ConfigDict()
-  o.lr = 6e-4  # peak learning rate
-  o.min_lr_ratio = 0.1  # cosine decays to lr * min_lr_ratio at the last step
-  o.warmup_steps = 100  # linear warmup from 0
-  o.b1 = 0.9  # AdamW beta1
-  o.b2 = 0.95  # AdamW beta2
-  o.eps = 1e-8  # AdamW epsilon
-  o.weight_decay = 0.1  # decoupled weight decay; 0 = off
-  o.decay_norms = False  # apply weight decay to norm gains and biases
-  o.decay_biases = False  # apply weight decay to linear-layer biases
-  o.decay_embeddings = False  # apply weight decay to the token and position embeddings
-  o.clip_norm = 1.0  # clip gradients to this global norm; 0 = off
-  return o
-
-
-def mesh_config() -> ml_collections.ConfigDict:
-  m = ml_collections.ConfigDict()
-  m.data = -1  # data-parallel axis size; -1 = the devices left over
-  m.fsdp = 1  # parameter-sharded data-parallel axis size (params sharded over `embed`)
-  m.tensor = 1  # tensor-parallel axis size (heads, mlp, vocab)
-  # logical axis -> mesh axes; a logical axis not listed is replicated. Parameters: embed,
-  # heads, kv, mlp, vocab, norm, position, layers. Activations (sharding.constrain in the
-  # model, active under the mesh): batch, length, act_embed, act_heads, act_kv, act_mlp,
-  # act_vocab. Listing act_embed nowhere keeps the residual stream whole on each device, so
-  # the fsdp-sharded `embed` of the weights never drags the batch into an all-gather. `vocab`
-  # is left out: GPT-2's 50257 splits over no even axis (add ("vocab", "tensor") with a padded
-  # vocab). Where n_head does not divide over `tensor` (GPT-2 1.5B: 25), shard `kv` instead.
-  m.rules = (
-      ("batch", ("data", "fsdp")),
-      ("embed", "fsdp"),
-      ("heads", "tensor"),
-      ("mlp", "tensor"),
-      ("act_heads", "tensor"),
-      ("act_mlp", "tensor"),
-  )
-  return m
+def keys(config) -> list[tuple[str, object, str]]:
+  """(dotted key, value in `config`, doc) of every key, section by section."""
+  out = [(name, config[name], doc) for name, (_, doc) in TOP_KEYS.items()]
+  for name, section in SECTIONS.items():
+    out += [(f"{name}.{f.name}", config[name][f.name], f.metadata["doc"]) for f in dataclasses.fields(section)]
+  return out
 
 
 def experiment_path(spec: str) -> str:
@@ -194,7 +261,7 @@ def from_saved(saved: dict) -> ml_collections.ConfigDict:
   def tuples(x):
     if isinstance(x, dict):
       return {k: tuples(v) for k, v in x.items()}
-    return tuple(tuples(v) for v in x) if isinstance(x, list) else x
+    return _frozen(x)
   c = base_config()
   c.update(tuples(saved))
   return c
@@ -212,9 +279,13 @@ def _positive(key: str, value):
     raise ConfigError(key, value, "must be positive")
 
 
-def _one_of(key: str, value, choices):
-  if value not in choices:
-    raise ConfigError(key, value, f"must be one of {', '.join(choices)}")
+def _choices(config) -> None:
+  """Every key declared with choices holds one of them."""
+  for name, section in SECTIONS.items():
+    for field in dataclasses.fields(section):
+      choices, value = field.metadata["choices"], config[name][field.name]
+      if choices and value not in choices:
+        raise ConfigError(f"{name}.{field.name}", value, f"must be one of {', '.join(choices)}")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -226,19 +297,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _positive("model.d_ff", m.d_ff)
   if m.d_model % m.n_head:
     raise ConfigError("model.d_model", m.d_model, f"must be divisible by model.n_head={m.n_head}")
-  _one_of("model.placement", m.placement, PLACEMENTS)
-  _one_of("model.norm", m.norm, NORMS)
+  _choices(config)
   if not 0 <= m.mix_post_fraction <= 1:
     raise ConfigError("model.mix_post_fraction", m.mix_post_fraction, "must be in [0, 1]")
-  _one_of("model.attention", m.attention, ATTENTIONS)
-  _one_of("model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
   if m.attention_impl == "dot_product" and m.attention == "centered":
     raise ConfigError("model.attention_impl", m.attention_impl,
                       "the centered ablation needs the probabilities: use xla or auto")
-  _one_of("model.mlp", m.mlp, MLPS)
-  _one_of("model.init", m.init, INITS)
-  _one_of("model.remat", m.remat, REMAT_POLICIES)
-  _one_of("model.dtype", m.dtype, DTYPES)
   _positive("model.dt", m.dt)
   _positive("model.norm_eps", m.norm_eps)
   _positive("model.init_std", m.init_std)
@@ -254,15 +318,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.eval.bertscore_layers is not None:
     _positive("eval.bertscore_layers", config.eval.bertscore_layers)
   _validate_training(config)
-  from nplace.data.checks import validate as validate_data  # it imports this module
-  validate_data(config)
+  data_checks.validate(config)
 
 
 def _validate_probe(p) -> None:
   if p.every < 0:
     raise ConfigError("probe.every", p.every, "must be >= 0 (0 = off)")
-  if p.images not in IMAGE_SCHEDULES:
-    raise ConfigError("probe.images", p.images, f"must be one of {', '.join(IMAGE_SCHEDULES)}")
   for key in ("batch_size", "hutchinson_probes", "spectral_batch"):
     _positive(f"probe.{key}", p[key])
   if p.power_iters < 0:
@@ -290,7 +351,6 @@ def _validate_training(config) -> None:
   if t.batch_size % t.grad_accum:
     raise ConfigError("train.grad_accum", t.grad_accum,
                       f"must divide train.batch_size={t.batch_size}")
-  _one_of("train.on_divergence", t.on_divergence, ("stop", "skip"))
   if t.peak_flops is not None:
     _positive("train.peak_flops", t.peak_flops)
   if t.cpu_devices != -1:

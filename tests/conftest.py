@@ -11,14 +11,14 @@ import urllib.request
 import jax
 import pytest
 
-from nplace import cpu_devices
+from nplace.runtime import cpu_split
 from nplace.config import base_config
 
 jax.config.update("jax_default_matmul_precision", "highest")
 # In-process tests see one CPU device, whichever test first starts the backend (the trainer
-# would otherwise split this host per core: nplace/cpu_devices.py), unless a test's subprocess
+# would otherwise split this host per core: nplace/runtime/cpu_split.py), unless a test's subprocess
 # asked for fake devices. `nplace` subprocesses split.
-if cpu_devices.USER_FLAG not in os.environ.get("XLA_FLAGS", ""):
+if cpu_split.USER_FLAG not in os.environ.get("XLA_FLAGS", ""):
   jax.config.update("jax_num_cpu_devices", 1)
 # Compiling is most of the suite: hundreds of small programs, each run for milliseconds. LLVM
 # at -O0 compiles the test model's train step ~3x faster and runs it ~2.7x slower; XLA's HLO
@@ -90,7 +90,7 @@ def free_port() -> int:
 def tensorboard_api(probe_run):
   """path -> parsed JSON (or bytes for images) from a real `tensorboard` server on the probe
   run, started with its default loader; waits (bounded) until it lists every scalar tag."""
-  from nplace import events
+  from nplace.logs import events
   want = set(events.read_scalars(probe_run))
   port = free_port()
   server = subprocess.Popen([BIN / "tensorboard", "--logdir", str(probe_run), "--host", "127.0.0.1",

@@ -3,7 +3,8 @@ starts): per-device temporary bytes of the compiled train step of the tiny prese
 sequences per device, parameters sharded over every device (fsdp)."""
 import jax
 
-from nplace import sharding, train_state
+from nplace.runtime import sharding
+from nplace.train import state as train_state, steps
 from nplace.config import experiment
 
 
@@ -13,7 +14,7 @@ def temp_bytes() -> int:
   c.mesh.data, c.mesh.fsdp = 1, -1
   mesh = sharding.make_mesh(c.mesh)
   state_shardings = train_state.shardings(c, mesh)
-  step, _ = train_state.compile_steps(c, mesh, state_shardings)
+  step, _ = steps.compile_steps(c, mesh, state_shardings)
   state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                        train_state.abstract(c), state_shardings)
   batch = jax.ShapeDtypeStruct((c.train.batch_size, c.data.seq_len + 1), "int32",

@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nplace import model
+from nplace.model import decoder
 import reference
 
 
@@ -49,5 +49,5 @@ def seq_jacobian(f, h_TD):
 def random_params(cfg, seed, std=0.3):
   """test_model.random_params drawn with numpy: jax.random would compile a sampler per leaf shape."""
   rng = np.random.default_rng(seed)
-  shapes = model.abstract_params(cfg)
+  shapes = decoder.abstract_params(cfg)
   return jax.tree.map(lambda x: jnp.asarray(std * rng.standard_normal(x.shape), x.dtype), shapes)

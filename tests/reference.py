@@ -1,4 +1,4 @@
-"""The model written out in plain jnp, from SCIENCE.md's formulas, for tests to compare against."""
+"""The model written out in plain jnp, from docs/science.md's formulas, for tests to compare against."""
 import math
 
 import jax

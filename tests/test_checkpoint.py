@@ -6,8 +6,9 @@ import ml_collections
 import numpy as np
 import pytest
 
-from nplace import checkpoint, sharding
-from nplace.config import ConfigError
+from nplace.runtime import sharding
+from nplace.train import checkpoint
+from nplace.errors import ConfigError
 
 
 def _setup(tmp_path):

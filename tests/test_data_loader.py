@@ -6,7 +6,7 @@ from etils import epath
 
 from nplace.config import base_config
 from nplace.data import loader, prepare
-from nplace.data.errors import DataError
+from nplace.errors import DataError
 
 L = 16  # seq_len
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from nplace import cli
+from nplace.commands import main
 from nplace.config import base_config
 from nplace.data import prepare as P
 from nplace.data import tokenizers
-from nplace.data.errors import DataError
+from nplace.errors import DataError
 from test_data_tokenizers import tiny_bpe
 
 DOCS = ["first document\nwith two lines\n", "zweites Dokument: naïve — 東京", "3rd " * 40]
@@ -83,7 +83,7 @@ def test_frequency_loss_and_counts_match_the_shards(tmp_path):
 def test_synthetic_meta_from_the_command_line(tmp_path, capsys):
   out = tmp_path / "syn"
   argv = ["prepare", "--source", "synthetic", "--tokenizer", "byte", "--out", str(out)]
-  assert cli.main(argv) == 0
+  assert main.main(argv) == 0
   meta = json.loads((out / "meta.json").read_text())
   assert meta["entropy_rate"] < meta["bigram_entropy"] < meta["unigram_entropy"]
   # The exact unigram entropy is the frequency loss of an infinite sample.
@@ -121,7 +121,7 @@ def test_half_written_directory_is_redone(tmp_path):
 
 def test_killed_run_leaves_nothing_that_is_used(tmp_path):
   out = tmp_path / "out"
-  cmd = [sys.executable, "-m", "nplace.cli", "prepare", "--config",
+  cmd = [sys.executable, "-m", "nplace.commands.main", "prepare", "--config",
          "experiments/tiny.py", "--config.data.synthetic_tokens=50000000", "--out", str(out)]
   proc = subprocess.Popen(cmd, cwd=os.path.dirname(os.path.dirname(__file__)))
   tag = f".out.partial-{socket.gethostname()}-{proc.pid}"
@@ -207,7 +207,7 @@ def test_openwebtext_streams_through_datasets(tmp_path, monkeypatch):
 
 
 def run_prepare(capsys, *argv):
-  code = cli.main(["prepare", "--seq-len", "8", "--val-fraction", "0.25", *argv])
+  code = main.main(["prepare", "--seq-len", "8", "--val-fraction", "0.25", *argv])
   out, err = capsys.readouterr()
   return code, out, err
 

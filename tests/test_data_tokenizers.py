@@ -4,7 +4,7 @@ import pytest
 import tiktoken
 
 from nplace.data import tokenizers
-from nplace.data.errors import DataError
+from nplace.errors import DataError
 
 TEXTS = ["hello world", "naïve café — 東京\n\ttabs  and  spaces", "", "the the the"]
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-from nplace import cli
-from nplace.train import train
+from nplace.commands import main
+from nplace.train.loop import train
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 
@@ -36,11 +36,11 @@ def eval_command(*args):
 
 def test_training_summary_holds_the_eval_numbers(run):
   _, _, summary = run
-  assert summary["rouge_text"] == "token ids"
-  assert summary["val_perplexity"] >= summary["val_perplexity_of_mean_loss"]  # Jensen
-  assert summary["val_perplexity_of_mean_loss"] == pytest.approx(math.exp(summary["val_loss"]))
-  assert all(0 <= summary[k] <= 1 for k in ("rouge1", "rouge2", "rougeL"))
-  assert "bertscore_f1" not in summary and summary["skipped_steps"] == 0
+  assert summary.rouge_text == "token ids"
+  assert summary.val_perplexity >= summary.val_perplexity_of_mean_loss  # Jensen
+  assert summary.val_perplexity_of_mean_loss == pytest.approx(math.exp(summary.val_loss))
+  assert all(0 <= getattr(summary, k) <= 1 for k in ("rouge1", "rouge2", "rougeL"))
+  assert summary.bertscore_f1 is None and summary.skipped_steps == 0
 
 
 def test_eval_command_reproduces_training_eval_from_the_checkpoint_config(run, tmp_path):
@@ -50,7 +50,7 @@ def test_eval_command_reproduces_training_eval_from_the_checkpoint_config(run, t
   out = json.loads((tmp_path / "eval.json").read_text())
   assert out["step"] == 4 and out["rouge_text"] == "token ids"
   for key in ("val_loss", "val_perplexity", "val_perplexity_of_mean_loss", "rouge1", "rouge2", "rougeL"):
-    assert out[key] == pytest.approx(summary[key], rel=1e-5), key
+    assert out[key] == pytest.approx(getattr(summary, key), rel=1e-5), key
     assert key in done.stdout
   assert "eval: BERTScore off" in done.stdout
 
@@ -63,7 +63,7 @@ def test_eval_command_at_a_step_with_an_overriding_config(run, tmp_path, capsys)
   experiment = tmp_path / "cfg.py"  # the run's config as an experiment file, ROUGE off
   experiment.write_text("import json\nfrom nplace.config import from_saved\n\n"
                         f"def get_config():\n  return from_saved(json.loads({config.to_json()!r}))\n")
-  code = cli.main(["eval", "--workdir", str(workdir), "--step", "2", "--config", str(experiment),
+  code = main.main(["eval", "--workdir", str(workdir), "--step", "2", "--config", str(experiment),
                    "--config.eval.rouge=False", "--json", str(tmp_path / "eval.json")])
   assert code == 0, capsys.readouterr().err
   out = json.loads((tmp_path / "eval.json").read_text())
@@ -72,6 +72,6 @@ def test_eval_command_at_a_step_with_an_overriding_config(run, tmp_path, capsys)
 
 
 def test_eval_without_checkpoints_is_one_line(tmp_path, capsys):
-  assert cli.main(["eval", "--workdir", str(tmp_path)]) == 2
+  assert main.main(["eval", "--workdir", str(tmp_path)]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "no checkpoints" in err

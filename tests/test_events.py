@@ -2,15 +2,17 @@
 import numpy as np
 from tensorboardX import SummaryWriter
 
-from nplace import events, metrics
+from nplace.logs import events
+from nplace.logs.writer import Writer
+from nplace.probes import history
 
 
 def test_read_scalars_drops_what_a_resume_rewrote(tmp_path):
-  first = metrics.Writer(tmp_path, purge_step=None, active=True)
+  first = Writer(tmp_path, purge_step=None, active=True)
   for step in range(1, 8):
     first.scalars(step, {"train/loss": step, "perf/mfu": 0.5})
   first.close()
-  resumed = metrics.Writer(tmp_path, purge_step=5, active=True)
+  resumed = Writer(tmp_path, purge_step=5, active=True)
   for step in range(5, 10):
     resumed.scalars(step, {"train/loss": 10 * step})
   resumed.close()
@@ -22,20 +24,20 @@ def test_read_scalars_drops_what_a_resume_rewrote(tmp_path):
 
 
 def test_probe_history_of_a_real_run(probe_run):
-  history = events.read_probe_history(probe_run)
+  found = history.read(probe_run)
   scalars = events.read_scalars(probe_run)
-  sim = history["similarity"]
+  sim = found["similarity"]
   assert (sim.kind, sim.labels, sim.steps.tolist(), sim.values.shape) == (
       "block", ["layer_001", "layer_002"], [0, 1, 2], (3, 2))
   np.testing.assert_array_equal(sim.values[:, 1], scalars["probe/similarity/layer_002"][1])
-  assert history["jacobian_frobenius"].labels == ["layer_000", "layer_001"]
-  assert history["jacobian_frobenius"].kind == "source"
-  norm = history["norm_in_backward"]
+  assert found["jacobian_frobenius"].labels == ["layer_000", "layer_001"]
+  assert found["jacobian_frobenius"].kind == "source"
+  norm = found["norm_in_backward"]
   assert norm.kind == "sublayer" and norm.labels == ["attn_001", "mlp_001", "attn_002", "mlp_002"]
-  loss = history["loss"]
+  loss = found["loss"]
   assert loss.kind == "single" and loss.labels == [""] and loss.values.shape == (3, 1)
-  assert not any(name.endswith("_theory") for name in history)
-  assert np.isfinite(np.concatenate([h.values.ravel() for h in history.values()])).all()
+  assert not any(name.endswith("_theory") for name in found)
+  assert np.isfinite(np.concatenate([h.values.ravel() for h in found.values()])).all()
 
 
 def test_probe_history_marks_missing_steps_nan(tmp_path):
@@ -44,7 +46,7 @@ def test_probe_history_marks_missing_steps_nan(tmp_path):
     writer.add_scalar("probe/grad_h/layer_002", 2.0, 0)
     writer.add_scalar("probe/grad_h/layer_002", 3.0, 5)
     writer.add_scalar("train/loss", 1.0, 5)
-  (name,) = events.read_probe_history(tmp_path)
-  h = events.read_probe_history(tmp_path)[name]
+  (name,) = history.read(tmp_path)
+  h = history.read(tmp_path)[name]
   assert h.steps.tolist() == [0, 5] and h.labels == ["layer_001", "layer_002"]
   np.testing.assert_array_equal(h.values, [[1.0, 2.0], [np.nan, 3.0]])

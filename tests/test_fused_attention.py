@@ -10,17 +10,19 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from nplace import events, fused_attention, layers, model, sharding, topologies
-from nplace.config import base_config
+from nplace.config import ModelConfig, base_config
+from nplace.logs import events
+from nplace.model import decoder, fused_attention, layers
+from nplace.runtime import chips, sharding
 from conftest import tiny_config
-from test_cli import GPT2, run_main
-from test_fit import needs_libtpu
+from test_commands import GPT2, run_main
+from test_compile import needs_libtpu
 from test_model import layer, random_params
 
 
 def attention_value_and_grads(impl):
   """A scalar of the attention output and its gradients in every parameter and the input."""
-  cfg = model.freeze(tiny_config(attention_impl=impl).model)
+  cfg = ModelConfig.of(tiny_config(attention_impl=impl).model)
   x_BTD = jax.random.normal(jax.random.key(0), (3, 12, cfg.d_model))
   attn = layers.Attention(cfg)
   params = layer(random_params(cfg, jax.random.key(1)), 0)["attn"]
@@ -67,7 +69,7 @@ def test_splash_kernel_equals_xla_attention_in_values_and_gradients():
 def test_compiled_for_a_tpu_slice_the_fused_path_is_the_splash_kernel():
   mesh_config = base_config().mesh
   x = jax.ShapeDtypeStruct((4, fused_attention.SPLASH_BLOCK, 2, 64), jnp.bfloat16)
-  for devices, kernel in ((topologies.resolve("v5e:2x2").devices(), True), (jax.devices()[:1], False)):
+  for devices, kernel in ((chips.resolve("v5e:2x2").devices(), True), (jax.devices()[:1], False)):
     attend = jax.jit(lambda q, k, v: fused_attention.attend(q, k, v, layers.HEADS))  # jit caches ignore the layout
     with sharding.activation_layout(sharding.make_mesh(mesh_config, devices), mesh_config):
       assert ("tpu_custom_call" in attend.lower(x, x, x).as_text()) == kernel
@@ -77,8 +79,8 @@ def sown_probs(**overrides):
   """The attention probabilities a forward pass sows (shapes only: nothing is computed)."""
   cfg = tiny_config(**overrides).model
   tokens = jax.ShapeDtypeStruct((2, 7), jnp.int32)
-  _, state = jax.eval_shape(functools.partial(model.apply, cfg, mutable=["intermediates"]),
-                            model.abstract_params(cfg), tokens)
+  _, state = jax.eval_shape(functools.partial(decoder.apply, cfg, mutable=["intermediates"]),
+                            decoder.abstract_params(cfg), tokens)
   return state["intermediates"]["blocks"].get("attn", {}).get("probs")
 
 

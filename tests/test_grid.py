@@ -1,7 +1,7 @@
 """Trial names and overrides of experiment grids (the sweep itself: test_sweep.py)."""
 import pytest
 
-from nplace import grid
+from nplace.studies import grid
 from nplace.config import base_config
 
 

@@ -1,5 +1,5 @@
 """The loop's hook schedule: every N steps, at the start of a fresh run, once at the end."""
-from nplace.hooks import Hooks
+from nplace.train.hooks import Hooks
 
 
 def test_hooks_run_every_n_steps_at_start_and_at_end_in_order():

@@ -14,10 +14,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nplace import cli, grid, lab, lab_checks, lab_rank, model
-from nplace.config import PLACEMENTS, experiment
-from nplace.probes import command, taps as taps_lib
-from nplace.report import runs as report_runs
+from nplace.commands import main
+from nplace.config import ModelConfig
+from nplace.model import decoder
+from nplace.model.block import Block
+from nplace.studies import grid
+from nplace.studies.lab import checks as lab_checks, measure as lab, rank as lab_rank
+from nplace.config import experiment
+from nplace.model.placements import PLACEMENTS
+from nplace.probes import inputs, taps as taps_lib
+from nplace.studies.report import runs as report_runs
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 # 2 blocks of width 32 on 8 tokens, RMSNorm at the variance-preserving init: the branch
@@ -76,10 +82,10 @@ def test_json_holds_every_probe_and_the_checks_drawn_from_them(scorecard):
 def exact_block_jacobians(cfg, tokens_BT, seed):
   """|J_l - I|_F / sqrt(T d) per block from the full jax.jacfwd Jacobian at the block's input
   in the forward pass (per sequence, averaged in square), outputs as initialised and x SCALE."""
-  params = model.init(cfg, jax.random.key(seed))
+  params = decoder.init(cfg, jax.random.key(seed))
   _, inter = taps_lib.forward(cfg, params, tokens_BT, taps_lib.zero_taps(cfg, tokens_BT))
   h_in_LBTD = jnp.concatenate([taps_lib.sown(inter["h0"])[None], taps_lib.hidden_LBTD(inter)[:-1]])
-  block = model.Block(cfg)
+  block = Block(cfg)
 
   def sq_norm(p_l, h_TD):
     J = jax.jacfwd(lambda x: block.apply({"params": p_l}, x[None], None)[0][0])(h_TD)
@@ -97,8 +103,8 @@ def test_scale_check_matches_jacfwd(scorecard):
   _, got = scorecard
   for name in ("peri", "pre"):
     config = small_config(name)
-    tokens_BT = command.probe_batch(config, held_out=False)[:, :-1]
-    exact = np.asarray(exact_block_jacobians(model.freeze(config.model), tokens_BT, config.seed))
+    tokens_BT = inputs.probe_batch(config, held_out=False)[:, :-1]
+    exact = np.asarray(exact_block_jacobians(ModelConfig.of(config.model), tokens_BT, config.seed))
     card = got["cards"][name]
     np.testing.assert_allclose(card["block_jacobian"], exact, rtol=0.2)  # 2 Hutchinson probes x 2 sequences
     if name == "peri":
@@ -139,7 +145,7 @@ def test_rank_joins_scores_with_measured_outcomes(scorecard, probe_run, tmp_path
                  "command": "nplace train ...", "status": "pending", "error": None, "summary": None})
   (tmp_path / "sweep.json").write_text(json.dumps({"config": "experiments/placements.py", "overrides": [],
                                                    "trials": trials}))
-  assert cli.main(["lab", "--rank", str(tmp_path), *SMALL, "--json", str(tmp_path / "rank.json")]) == 0
+  assert main.main(["lab", "--rank", str(tmp_path), *SMALL, "--json", str(tmp_path / "rank.json")]) == 0
   stdout = capsys.readouterr().out
   got = json.loads((tmp_path / "rank.json").read_text())
   rows = {r["configuration"]: r for r in got["rows"]}
@@ -174,7 +180,7 @@ def test_growth_fits_recover_slope_and_rate():
 
 
 def test_scale_outputs_scales_only_the_output_projections(make_config):
-  shapes = model.abstract_params(make_config().model)
+  shapes = decoder.abstract_params(make_config().model)
   params = jax.tree.map(lambda s: np.random.default_rng(0).normal(size=s.shape), shapes)
   scaled = lab_checks.scale_outputs(params, 3.0)
   flat, flat_scaled = jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(scaled)
@@ -206,7 +212,7 @@ def test_score_terms_and_verdict():
 ])
 def test_bad_input_is_one_line_before_any_compile(capsys, monkeypatch, argv, needle):
   monkeypatch.setattr(lab, "measure_all", lambda configs: pytest.fail("measured despite bad input"))
-  assert cli.main(["lab", *argv]) == 2
+  assert main.main(["lab", *argv]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and needle in err, err
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from jax.ad_checkpoint import print_saved_residuals
 
-from nplace import layers, model
+from nplace.config import ModelConfig
+from nplace.model import decoder, layers
 import reference
 
 
@@ -21,7 +22,7 @@ def test_cesaro_rows_are_prefix_averages():
 
 @pytest.mark.parametrize("norm", ("layernorm", "rmsnorm"))
 def test_norm_equals_formula(make_config, norm):
-  cfg = model.freeze(make_config(norm=norm).model)
+  cfg = ModelConfig.of(make_config(norm=norm).model)
   z = 3.0 * jax.random.normal(jax.random.key(0), (2, 5, cfg.d_model)) + 1.5
   p = {"scale": jax.random.normal(jax.random.key(1), (cfg.d_model,))}
   if norm == "layernorm":
@@ -39,7 +40,7 @@ def attention_params(cfg, key, zero_qk=False):
 
 
 def test_uniform_softmax_attention_is_the_prefix_average(make_config):
-  cfg = model.freeze(make_config(attention="softmax", use_bias=False).model)
+  cfg = ModelConfig.of(make_config(attention="softmax", use_bias=False).model)
   p = attention_params(cfg, jax.random.key(3), zero_qk=True)
   x = jax.random.normal(jax.random.key(4), (2, 9, cfg.d_model))
   v = jnp.einsum("btd,dhk->bthk", x, p["v"]["kernel"])
@@ -48,18 +49,18 @@ def test_uniform_softmax_attention_is_the_prefix_average(make_config):
 
 
 def test_centered_attention_on_uniform_weights_outputs_zero(make_config):
-  cfg = model.freeze(make_config(attention="centered", use_bias=False).model)
+  cfg = ModelConfig.of(make_config(attention="centered", use_bias=False).model)
   p = attention_params(cfg, jax.random.key(5), zero_qk=True)
   x = jax.random.normal(jax.random.key(6), (2, 9, cfg.d_model))
   out = layers.Attention(cfg).apply({"params": p}, x)
   np.testing.assert_allclose(out, 0.0, atol=1e-5)
-  softmax = model.freeze(make_config(attention="softmax", use_bias=False).model)
+  softmax = ModelConfig.of(make_config(attention="softmax", use_bias=False).model)
   assert np.abs(layers.Attention(softmax).apply({"params": p}, x)).mean() > 0.1
 
 
 def test_attention_equals_formula(make_config):
   for attention in ("softmax", "centered"):
-    cfg = model.freeze(make_config(attention=attention).model)
+    cfg = ModelConfig.of(make_config(attention=attention).model)
     p = attention_params(cfg, jax.random.key(7))
     x = 0.3 * jax.random.normal(jax.random.key(8), (2, 6, cfg.d_model))
     np.testing.assert_allclose(layers.Attention(cfg).apply({"params": p}, x),
@@ -72,7 +73,7 @@ def test_backward_keeps_one_copy_of_each_large_activation(make_config, mlp):
   """What remat none stores per layer: the MLP's pre- and post-activation (swiglu: and the
   gate), the attention's masked logits and probabilities; not every intermediate of GELU
   or of the softmax (each as large as these)."""
-  cfg = model.freeze(make_config(mlp=mlp, d_model=32, d_ff=96, attention_impl="xla").model)  # einsum path
+  cfg = ModelConfig.of(make_config(mlp=mlp, d_model=32, d_ff=96, attention_impl="xla").model)  # einsum path
   B, T = 2, 7
   x = jax.random.normal(jax.random.key(0), (B, T, cfg.d_model))
 

@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nplace import model, train_state
+from nplace.config import ModelConfig
+from nplace.model import decoder
+from nplace.train import state as train_state, steps
 from nplace.data import synthetic
 from nplace.probes import suite
 from conftest import tiny_config
@@ -30,11 +32,11 @@ def runs():
   (order 2, 61 tokens), from the same init, in float32 and in bfloat16."""
   tokens = np.concatenate(list(synthetic.build(61, 2, seed=0).generate(STEPS * BATCH * WINDOW, seed=1)))
   batches = tokens.astype(np.int32).reshape(STEPS, BATCH, WINDOW)
-  params = jax.jit(functools.partial(model.init, config("float32").model))(jax.random.key(0))
+  params = jax.jit(functools.partial(decoder.init, config("float32").model))(jax.random.key(0))
   out = {}
   for dtype in ("float32", "bfloat16"):
     state = train_state.start_from(config(dtype), params)
-    step = jax.jit(train_state.make_train_step(config(dtype)))
+    step = jax.jit(steps.make_train_step(config(dtype)))
     losses = []
     for batch in batches:
       state, metrics = step(state, batch)
@@ -57,8 +59,8 @@ def test_bfloat16_state_stays_float32(runs):
 
 def test_bfloat16_computes_in_bfloat16_with_float32_norm_statistics_and_logits():
   cfg = tiny_config(dtype="bfloat16", placement="peri").model
-  apply = functools.partial(model.apply, cfg, mutable=["intermediates"])
-  logits, sown = jax.eval_shape(apply, model.abstract_params(cfg), jax.ShapeDtypeStruct((1, 5), jnp.int32))
+  apply = functools.partial(decoder.apply, cfg, mutable=["intermediates"])
+  logits, sown = jax.eval_shape(apply, decoder.abstract_params(cfg), jax.ShapeDtypeStruct((1, 5), jnp.int32))
   blocks = sown["intermediates"]["blocks"]
   assert blocks["h"][0].dtype == jnp.bfloat16  # the residual stream
   assert blocks["attn_norm_in"]["r"][0].dtype == jnp.float32

@@ -7,8 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nplace import model
-from nplace.lab_checks import scale_outputs
+from nplace.config import ModelConfig
+from nplace.model import decoder
+from nplace.model.block import Block
+from nplace.studies.lab.checks import scale_outputs
 import reference
 
 CLASSIC = ("post", "pre", "peri")
@@ -16,7 +18,7 @@ CLASSIC = ("post", "pre", "peri")
 
 def random_params(cfg, key, std=0.3):
   """Every parameter, biases and gains included, drawn at random so no term hides at zero."""
-  shapes = model.abstract_params(cfg)
+  shapes = decoder.abstract_params(cfg)
   leaves, tree = jax.tree.flatten(shapes)
   keys = jax.random.split(key, len(leaves))
   return jax.tree.unflatten(tree, [std * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
@@ -27,7 +29,7 @@ def layer(params, l):
 
 
 def block_out(cfg, p_layer, h, l=1):
-  return model.Block(model.freeze(cfg)).apply({"params": p_layer}, h, jnp.asarray(l))[0]
+  return Block(ModelConfig.of(cfg)).apply({"params": p_layer}, h, jnp.asarray(l))[0]
 
 
 NEW = [  # the placements the decoder test leaves out, and the options (layer by layer: decoder test)
@@ -65,7 +67,7 @@ def test_decoder_equals_formula(make_config, placement, embed_norm, remat):
   cfg = make_config(placement=placement, embed_norm=embed_norm, remat=remat, n_layer=3, dt=0.5).model
   params = random_params(cfg, jax.random.key(4), std=0.2)
   tokens = jax.random.randint(jax.random.key(5), (2, 11), 0, cfg.vocab_size)
-  np.testing.assert_allclose(model.apply(cfg, params, tokens), reference.decoder(params, tokens, cfg),
+  np.testing.assert_allclose(decoder.apply(cfg, params, tokens), reference.decoder(params, tokens, cfg),
                              rtol=1e-4, atol=1e-4)
 
 
@@ -77,9 +79,9 @@ def test_chunked_loss_and_padded_head_equal_the_plain_loss(make_config, chunks, 
   cfg = make_config(placement="peri", n_layer=2, dtype=dtype, loss_chunks=1, head_vocab_multiple=1).model
   params = random_params(cfg, jax.random.key(6), std=0.2)
   batch = jax.random.randint(jax.random.key(7), (3, 13), 0, cfg.vocab_size)
-  plain = jax.value_and_grad(functools.partial(model.loss, model.freeze(cfg)))(params, batch)
+  plain = jax.value_and_grad(functools.partial(decoder.loss, ModelConfig.of(cfg)))(params, batch)
   cfg.update(loss_chunks=chunks, head_vocab_multiple=multiple)
-  scheduled = jax.value_and_grad(functools.partial(model.loss, model.freeze(cfg)))(params, batch)
+  scheduled = jax.value_and_grad(functools.partial(decoder.loss, ModelConfig.of(cfg)))(params, batch)
   tolerance = 1e-5 if dtype == "float32" else 2e-3
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance), scheduled, plain)
   if dtype == "float32":  # both equal the mean negative log-likelihood of the formula's logits
@@ -95,7 +97,7 @@ def test_causal(make_config, placement):
   tokens = jax.random.randint(jax.random.key(7), (1, 12), 0, cfg.vocab_size)
   t = 6
   changed = tokens.at[0, t].set((tokens[0, t] + 1) % cfg.vocab_size)
-  a, b = model.apply(cfg, params, tokens), model.apply(cfg, params, changed)
+  a, b = decoder.apply(cfg, params, tokens), decoder.apply(cfg, params, changed)
   np.testing.assert_array_equal(a[:, :t], b[:, :t])
   assert not np.allclose(a[:, t:], b[:, t:])
 
@@ -134,19 +136,19 @@ def test_pre_block_branch_scales_with_output_scale(make_config):
 
 def test_init_schemes_set_weight_scale(make_config):
   key = jax.random.key(14)
-  gpt2 = model.init(make_config(init="gpt2", n_layer=8, d_model=64).model, key)
+  gpt2 = decoder.init(make_config(init="gpt2", n_layer=8, d_model=64).model, key)
   np.testing.assert_allclose(np.std(gpt2["blocks"]["attn"]["q"]["kernel"]), 0.02, rtol=0.05)
   np.testing.assert_allclose(np.std(gpt2["blocks"]["mlp"]["fc_out"]["kernel"]), 0.02 / 4, rtol=0.05)
-  vp = model.init(make_config(init="variance_preserving", n_layer=8, d_model=64).model, key)
+  vp = decoder.init(make_config(init="variance_preserving", n_layer=8, d_model=64).model, key)
   np.testing.assert_allclose(np.std(vp["blocks"]["mlp"]["fc_out"]["kernel"]), 256 ** -0.5, rtol=0.05)
   np.testing.assert_allclose(np.std(vp["wte"]["embedding"]), 1.0, rtol=0.05)
-  normal = model.init(make_config(init="normal", init_std=0.1, n_layer=8, d_model=64).model, key)
+  normal = decoder.init(make_config(init="normal", init_std=0.1, n_layer=8, d_model=64).model, key)
   np.testing.assert_allclose(np.std(normal["blocks"]["attn"]["o"]["kernel"]), 0.1, rtol=0.05)
 
 
 def test_every_param_has_logical_axes(make_config):
   cfg = make_config(placement="peri", embed_norm=True).model
-  specs, shapes = model.logical_specs(cfg), model.abstract_params(cfg)
+  specs, shapes = decoder.logical_specs(cfg), decoder.abstract_params(cfg)
   for spec, shape in zip(jax.tree.leaves(specs, is_leaf=lambda x: x is not None and not isinstance(x, dict)),
                          jax.tree.leaves(shapes)):
     assert len(spec) == len(shape.shape) and all(spec), (spec, shape.shape)
@@ -157,7 +159,7 @@ def test_mix_is_one_stack_switching_post_to_pre(make_config):
   """mix keeps pre's parameter tree (probes, checkpoints, sharding unchanged); its layers
   l <= floor(f L) compute post's block, the rest pre's, with the same weights."""
   cfg = make_config(placement="mix", n_layer=4, mix_post_fraction=0.5).model
-  shapes = lambda c: jax.tree.map(lambda x: x.shape, model.abstract_params(c))
+  shapes = lambda c: jax.tree.map(lambda x: x.shape, decoder.abstract_params(c))
   assert shapes(cfg) == shapes(make_config(placement="pre", n_layer=4).model)
   p = layer(random_params(cfg, jax.random.key(15)), 0)
   h = jax.random.normal(jax.random.key(16), (2, 6, cfg.d_model))
@@ -171,17 +173,17 @@ def test_placement_inits(make_config):
   depth scaling; ReZero's scalars start at 0 (each block is the identity); DyT's alpha at 0.5."""
   L, d, key = 8, 64, jax.random.key(17)
   std = lambda p, *path: np.std(functools.reduce(lambda t, k: t[k], path, p["blocks"]))
-  deep = model.init(make_config(placement="deepnorm", n_layer=L, d_model=d).model, key)
+  deep = decoder.init(make_config(placement="deepnorm", n_layer=L, d_model=d).model, key)
   beta = (8 * L) ** -0.25
   np.testing.assert_allclose(std(deep, "attn", "q", "kernel"), 0.02, rtol=0.05)
   for path in (("attn", "v"), ("attn", "o"), ("mlp", "fc_in"), ("mlp", "fc_out")):
     np.testing.assert_allclose(std(deep, *path, "kernel"), 0.02 * beta, rtol=0.05)
-  lns = model.init(make_config(placement="lns", n_layer=L, d_model=d).model, key)
+  lns = decoder.init(make_config(placement="lns", n_layer=L, d_model=d).model, key)
   np.testing.assert_allclose(std(lns, "mlp", "fc_out", "kernel"), 0.02, rtol=0.05)
   rezero = make_config(placement="rezero", n_layer=L, d_model=d).model
-  params = model.init(rezero, key)
+  params = decoder.init(rezero, key)
   assert "final_norm" not in params and not any("norm" in k for k in params["blocks"])
   h = jax.random.normal(key, (2, 5, d))
   np.testing.assert_array_equal(block_out(rezero, layer(params, 0), h), h)
-  dyt = model.init(make_config(placement="peri", norm="dyt").model, key)
+  dyt = decoder.init(make_config(placement="peri", norm="dyt").model, key)
   np.testing.assert_array_equal(dyt["blocks"]["attn_norm_in"]["alpha"], 0.5)

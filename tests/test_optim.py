@@ -4,13 +4,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from nplace import model, optim
-from nplace.config import optim_config
+from nplace.config import ModelConfig, base_config
+from nplace.model import decoder
+from nplace.train import optim
 from conftest import tiny_config
 
 
 def test_schedule_warmup_then_cosine_to_floor():
-  o = optim_config()
+  o = base_config().optim
   o.lr, o.warmup_steps, o.min_lr_ratio = 1.0, 10, 0.1
   lr = optim.schedule(o, 100)
   np.testing.assert_allclose([lr(0), lr(4), lr(9)], [0.1, 0.5, 1.0], rtol=1e-6)
@@ -19,8 +20,8 @@ def test_schedule_warmup_then_cosine_to_floor():
 
 
 def test_decay_mask_defaults_and_switches():
-  params = model.abstract_params(tiny_config(placement="peri", embed_norm=True).model)
-  o = optim_config()
+  params = decoder.abstract_params(tiny_config(placement="peri", embed_norm=True).model)
+  o = base_config().optim
   mask = optim.decay_mask(o, params)
   assert mask["blocks"]["attn"]["q"]["kernel"] and mask["blocks"]["mlp"]["fc_out"]["kernel"]
   assert not mask["blocks"]["attn"]["q"]["bias"]
@@ -31,16 +32,16 @@ def test_decay_mask_defaults_and_switches():
 
 
 def test_decay_mask_spares_rezero_scalars_and_qk_norms():
-  o = optim_config()
-  rezero = optim.decay_mask(o, model.abstract_params(tiny_config(placement="rezero", qk_norm=True).model))
+  o = base_config().optim
+  rezero = optim.decay_mask(o, decoder.abstract_params(tiny_config(placement="rezero", qk_norm=True).model))
   assert not rezero["blocks"]["attn_alpha"] and not rezero["blocks"]["mlp_alpha"]
   assert not rezero["blocks"]["attn"]["q_norm"]["scale"] and rezero["blocks"]["attn"]["q"]["kernel"]
 
 
 def test_weight_decay_touches_only_masked_params_and_clip_bounds_update():
   cfg = tiny_config().model
-  params = model.init(cfg, jax.random.key(0))
-  o = optim_config()
+  params = decoder.init(cfg, jax.random.key(0))
+  o = base_config().optim
   o.lr, o.warmup_steps, o.weight_decay, o.clip_norm = 0.5, 0, 0.1, 1.0
   tx = optim.make(o, 10)
   zero_grads = jax.tree.map(jnp.zeros_like, params)

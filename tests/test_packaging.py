@@ -13,10 +13,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 
 
-def test_wheel_holds_every_experiment(tmp_path):
+def test_wheel_holds_every_module_and_experiment(tmp_path):
+  """pyproject.toml lists the packages: a subpackage left off that list would be missing here."""
   subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp_path, ROOT],
                  check=True, capture_output=True)
-  names = zipfile.ZipFile(next(tmp_path.glob("nplace-*.whl"))).namelist()
+  names = set(zipfile.ZipFile(next(tmp_path.glob("nplace-*.whl"))).namelist())
+  modules = {path.relative_to(ROOT).as_posix() for path in (ROOT / "nplace").rglob("*.py")}
+  assert modules - names == set()
   for path in (ROOT / "experiments").glob("*.py"):
     assert f"nplace/experiments/{path.name}" in names
 

@@ -1,14 +1,15 @@
-"""Every placement trains and is probed; the declarations match the config's names.
-(Each block against its formula: test_model.py; parameter counts: test_info.py.)"""
+"""Every placement trains and is probed. (Each block against its formula: test_model.py;
+parameter counts: test_size.py.)"""
 import functools
 
 import jax
 import numpy as np
 import pytest
 
-from nplace import config as config_lib
-from nplace import model, placements, train_state
+from nplace.config import ModelConfig, ProbeConfig, experiment, validate
+from nplace.model import decoder
 from nplace.probes import suite
+from nplace.train import state as train_state, steps
 
 # Compiled without LLVM's optimisations: these tiny programs run in microseconds either way,
 # and compiling them takes half the time.
@@ -25,10 +26,6 @@ CASES = {  # placement -> (options, the norm sites the probes must report a back
 }
 
 
-def test_declarations_are_the_configs_placements():
-  assert tuple(placements.PLACEMENTS) == config_lib.PLACEMENTS
-
-
 def compiled(fn, *args):
   return jax.jit(fn).lower(*args).compile(FAST_COMPILE)
 
@@ -38,21 +35,21 @@ def test_trains_and_is_probed(placement):
   """The tiny preset, shrunk: 2 AdamW steps on one batch lower its loss; the probe suite then
   gives every probe, finite, with the placement's norm sites."""
   options, sites = CASES[placement]
-  c = config_lib.experiment("tiny", placement)
+  c = experiment("tiny", placement)
   c.model.update(n_layer=2, d_model=32, **options)
   c.data.seq_len = 12
   c.optim.update(lr=3e-3, warmup_steps=0)
   c.probe.update(batch_size=2, hutchinson_probes=1, power_iters=0)
-  config_lib.validate(c)
+  validate(c)
   batch_BT1 = jax.random.randint(jax.random.key(0), (4, 13), 0, c.model.vocab_size)
-  state = train_state.start_from(c, model.init(c.model, jax.random.key(1)))
-  step = compiled(train_state.make_train_step(c), state, batch_BT1)
+  state = train_state.start_from(c, decoder.init(ModelConfig.of(c.model), jax.random.key(1)))
+  step = compiled(steps.make_train_step(c), state, batch_BT1)
   losses = []
   for _ in range(3):  # the third step's loss is after two updates
     state, metrics = step(state, batch_BT1)
     losses.append(float(metrics["loss"]))
   assert losses[2] < losses[0], losses
-  probe = functools.partial(suite.run_suite, model.freeze(c.model), probe_config=model.freeze(c.probe))
+  probe = functools.partial(suite.run_suite, ModelConfig.of(c.model), probe_config=ProbeConfig.of(c.probe))
   results = compiled(probe, state["params"], batch_BT1[:2], jax.random.key(2))(
       state["params"], batch_BT1[:2], jax.random.key(2))
   for name, value in results.items():

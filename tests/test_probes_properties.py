@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from nplace import model, theory
-from nplace.probes import suite, taps as taps_lib
+from nplace.config import ModelConfig
+from nplace.model.block import Block
+from nplace.probes import suite, taps as taps_lib, theory
 from conftest import tiny_config
-from nplace.lab_checks import scale_outputs
+from nplace.studies.lab.checks import scale_outputs
 from test_model import layer
 import probe_reference as ref
 
@@ -24,7 +25,7 @@ def peri_stack(request):
   def run(params, tokens):
     _, inter = taps_lib.forward(cfg, params, tokens, taps_lib.zero_taps(cfg, tokens))
     rms = lambda h: jnp.sqrt(jnp.mean(h * h, -1))
-    return rms(taps_lib.sown(inter["h0"])), rms(taps_lib.hidden_LBTD(inter)), suite.out_norm_cap(params)
+    return rms(taps_lib.sown(inter["h0"])), rms(taps_lib.hidden_LBTD(inter)), theory.out_norm_cap(params)
 
   return cfg, run
 
@@ -44,7 +45,7 @@ def test_peri_growth_bound_holds(peri_stack, log_scale, seed):
 
 def block_jacobian(cfg):
   """h [T, d] -> dBlock/dh as a (T d) x (T d) matrix, compiled once."""
-  block = model.Block(model.freeze(cfg))
+  block = Block(ModelConfig.of(cfg))
   f = lambda p, h: block.apply({"params": p}, h[None], None)[0][0]
   return jax.jit(lambda p, h: jax.jacfwd(lambda x: f(p, x))(h).reshape(h.size, h.size))
 

@@ -10,8 +10,10 @@ import pytest
 from PIL import Image
 from tensorboard.backend.event_processing import event_accumulator
 
-from nplace import cli, events, metrics, plots
-from nplace.probes import catalog, summaries
+from nplace.commands import main
+from nplace.logs import events, plots
+from nplace.logs.writer import Writer
+from nplace.probes import catalog, figures, history, summaries
 from conftest import tiny_config
 
 TINY = str(pathlib.Path(__file__).resolve().parent.parent / "experiments/tiny.py")
@@ -22,7 +24,7 @@ SMALL = ["--config.model.n_layer=2", "--config.model.d_model=32", "--config.mode
 
 def test_probe_command_at_init(tmp_path, capsys):
   out = tmp_path / "probe.json"
-  assert cli.main(["probe", "--config", f"{TINY}:peri", *SMALL, "--json", str(out)]) == 0
+  assert main.main(["probe", "--config", f"{TINY}:peri", *SMALL, "--json", str(out)]) == 0
   got = json.loads(out.read_text())
   assert (got["placement"], got["n_layer"], got["step"]) == ("peri", 2, 0)
   per_layer = ["grad_h", "grad_q", "grad_mlp_out", "jacobian_frobenius",
@@ -42,12 +44,12 @@ def test_probe_command_at_init(tmp_path, capsys):
     (["--json", "x.json", "--step", "3"], "--workdir"),
 ])
 def test_probe_usage_errors(capsys, argv, needle):
-  assert cli.main(["probe", "--config", TINY, *argv]) == 2
+  assert main.main(["probe", "--config", TINY, *argv]) == 2
   assert needle in capsys.readouterr().err
 
 
 def test_probe_workdir_without_checkpoints_is_one_line(tmp_path, capsys):
-  assert cli.main(["probe", "--config", TINY, "--workdir", str(tmp_path), "--json", "x.json"]) == 2
+  assert main.main(["probe", "--config", TINY, "--workdir", str(tmp_path), "--json", "x.json"]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and str(tmp_path) in err and "checkpoints" in err, err
   assert list(tmp_path.iterdir()) == []  # nothing created there
@@ -67,8 +69,8 @@ def expected_tags(history) -> dict:
 
 
 def test_tensorboard_server_shows_every_probe_tag(probe_run, tensorboard_api):
-  history = events.read_probe_history(probe_run)
-  want = expected_tags(history)
+  found = history.read(probe_run)
+  want = expected_tags(found)
   assert {"probe/similarity/layer_002", "probe/jacobian_frobenius/layer_000", "probe/norm_in_backward/attn_001",
           "probe/norm_out_scale/mlp_002", "probe/loss", "probe/final_norm_backward"} <= want["scalars"]
   assert {"probe_heatmap/similarity", "probe_heatmap/norm_out_backward"} <= want["images"]
@@ -98,19 +100,19 @@ def test_resumed_run_heatmap_keeps_the_history(tmp_path):
   config = tiny_config(placement="post", n_layer=3)
   config.probe.every, config.probe.images = 1, "none"
   result = lambda step: {"similarity": np.full(3, 0.1 * step), "loss": np.array([4.0 - step])}
-  writer = metrics.Writer(tmp_path, purge_step=None, active=True)
+  writer = Writer(tmp_path, purge_step=None, active=True)
   first = summaries.ProbeWriter(writer, config)
   for step in range(4):  # a run killed after probing step 3 but checkpointed at 2
     first.write(step, result(step))
   writer.close()
-  writer = metrics.Writer(tmp_path, purge_step=3, active=True)
+  writer = Writer(tmp_path, purge_step=3, active=True)
   resumed = summaries.ProbeWriter(writer, config)
   resumed.write(3, result(3))
   resumed.write(4, result(4))
   writer.close()
   steps, rows = resumed.history["similarity"]
   assert steps == [0, 1, 2, 3, 4] and np.allclose([r[0] for r in rows], [0.0, 0.1, 0.2, 0.3, 0.4])
-  assert events.read_probe_history(tmp_path)["similarity"].steps.tolist() == [0, 1, 2, 3, 4]
+  assert history.read(tmp_path)["similarity"].steps.tolist() == [0, 1, 2, 3, 4]
 
 
 def test_log_image_schedule_draws_at_doublings_and_the_last_step_and_keeps_every_heatmap_row(tmp_path):
@@ -118,7 +120,7 @@ def test_log_image_schedule_draws_at_doublings_and_the_last_step_and_keeps_every
   config.probe.every, config.train.steps = 10, 70
   assert [s for s in range(0, 71, 10) if summaries.draws_images(config.probe, s, 70)] == [0, 10, 20, 40, 70]
   config.probe.every, config.train.steps = 1, 5
-  writer = metrics.Writer(tmp_path, purge_step=None, active=True)
+  writer = Writer(tmp_path, purge_step=None, active=True)
   probe_writer = summaries.ProbeWriter(writer, config)
   for step in range(6):
     probe_writer.write(step, {"similarity": np.full(3, 0.1 * step), "loss": np.array([4.0 - step])})
@@ -130,7 +132,7 @@ def test_log_image_schedule_draws_at_doublings_and_the_last_step_and_keeps_every
   assert probe_writer.history["similarity"][0] == [0, 1, 2, 3, 4, 5]
   for schedule, steps in (("all", [0, 1, 2, 3]), ("none", [])):
     config.probe.images, run = schedule, tmp_path / schedule
-    writer = metrics.Writer(run, purge_step=None, active=True)
+    writer = Writer(run, purge_step=None, active=True)
     probe_writer = summaries.ProbeWriter(writer, config)
     for step in range(4):
       probe_writer.write(step, {"similarity": np.full(3, 0.1 * step)})
@@ -141,9 +143,14 @@ def test_log_image_schedule_draws_at_doublings_and_the_last_step_and_keeps_every
     assert [e.step for e in drawn] == steps
 
 
-def test_theory_curves_need_a_norm():
-  """Post-LN's Gram-recursion similarity assumes a norm: drawn for RMSNorm, not for DyT."""
-  results = {"similarity": np.zeros(3), "rms_theory": np.ones(3)}
-  assert "similarity" in summaries.theory_curves(tiny_config(placement="post", n_layer=3), results, 0)
-  dyt = summaries.theory_curves(tiny_config(placement="post", n_layer=3, norm="dyt"), results, 0)
-  assert "similarity" not in dyt and dyt["rms"][1].endswith("+ rms(b)")
+def test_theory_curves_are_the_placements_own():
+  """Each placement's declared curves only: Post-LN's Gram-recursion similarity at step 0 (it
+  assumes a norm: not for DyT), Peri-LN's rms bound (+ rms(b) with LayerNorm's bias)."""
+  results = {"similarity": np.zeros(3), "rms": np.ones(3), "rms_theory": np.ones(3)}
+  assert set(summaries.theory_curves(tiny_config(placement="post", n_layer=3), results, 0)) == {"similarity"}
+  assert summaries.theory_curves(tiny_config(placement="post", n_layer=3), results, 5) == {}
+  assert summaries.theory_curves(tiny_config(placement="post", n_layer=3, norm="dyt"), results, 0) == {}
+  peri = summaries.theory_curves(tiny_config(placement="peri", n_layer=3), results, 5)
+  assert set(peri) == {"rms"} and peri["rms"][1].endswith("+ rms(b)")
+  rms_norm = summaries.theory_curves(tiny_config(placement="peri", n_layer=3, norm="rmsnorm"), results, 5)
+  assert "rms(b)" not in rms_norm["rms"][1]

@@ -3,7 +3,7 @@ TensorBoard's profile plugin looks (plugins/profile/RUN/HOST.xplane.pb), with st
 bad values are one-line config errors."""
 import pytest
 
-from test_cli import GPT2, run_main
+from test_commands import GPT2, run_main
 
 
 def test_the_run_writes_a_trace_with_step_annotations(probe_run):

@@ -14,8 +14,10 @@ import pytest
 import tensorboardX
 from absl import flags
 
-from nplace import cli, outcomes
-from nplace.report import fits, runs
+from nplace.commands import main, train as train_command
+from nplace.studies import fits, outcomes
+from nplace.studies.report import runs
+from nplace.train.summary import Summary
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
@@ -63,8 +65,8 @@ def grid(tmp_path_factory, env):
 
 
 def report(*args, capsys):
-  """`nplace report ARGS` in this process (cli.main is the console script); its stdout."""
-  assert cli.main(["report", *map(str, args)]) == 0
+  """`nplace report ARGS` in this process (nplace.commands.main is the console script); its stdout."""
+  assert main.main(["report", *map(str, args)]) == 0
   return capsys.readouterr().out
 
 
@@ -94,7 +96,7 @@ def trials(root) -> list[dict]:
   """sweep.json's trials, each with its summary read from the trial's own summary.json."""
   out = json.loads((root / "sweep.json").read_text())["trials"]
   for t in out:
-    t["summary"] = json.loads((root / t["workdir"] / "summary.json").read_text())
+    t["summary"] = Summary.read(root / t["workdir"] / "summary.json")
   return out
 
 
@@ -105,15 +107,14 @@ def test_study_a_table_counts_what_the_summaries_say(grid, tmp_path, env):
   text = (out / "report.md").read_text()
   assert "## Study A: stability" in text and figures(out, text)
   summaries = [(t["overrides"]["model.placement"], t["summary"]) for t in trials(grid)]
-  assert sum(s["status"] == "diverged" for _, s in summaries) == 2  # the huge lr did it
+  assert sum(s.status == "diverged" for _, s in summaries) == 2  # the huge lr did it
   rows = table(text, "| placement |")
   assert [(r["placement"], r["lr"]) for r in rows] == [("pre", "1e+30"), ("peri", "-")]
   for row in rows:
     members = [s for placement, s in summaries if placement == row["placement"]]
     n = len(members)
-    diverged = sum(s["status"] == "diverged" for s in members)
-    at_frequency = sum(s["status"] != "diverged" and s["val_loss"] >= s["frequency_loss"] - 0.05
-                       for s in members)
+    diverged = sum(s.status == "diverged" for s in members)
+    at_frequency = sum(s.status != "diverged" and s.val_loss >= s.frequency_loss - 0.05 for s in members)
     assert row["nonfinite"] == f"{diverged}/{n}"
     assert row["frequency_loss"] == f"{at_frequency}/{n}"
     assert row["failed"] == f"{sum(bool(outcomes.failures(s)) for s in members)}/{n}"
@@ -134,8 +135,7 @@ def test_plain_run_directories_get_a_runs_section_and_the_command_that_remakes_t
   text = (out / "report.md").read_text()
   assert "## Runs" in text and len(figures(out, text)) == 2  # train and eval loss
   command = re.search(rf"^{re.escape(run_dir.name)}: (nplace train .*)$", text, re.M).group(1)
-  fv = cli.parse_flags(shlex.split(command)[2:],
-                       lambda f: flags.DEFINE_string("workdir", None, "", flag_values=f))
+  fv = train_command.COMMAND.parse(shlex.split(command)[2:])[0]
   as_json = lambda config: json.loads(json.dumps(config))
   assert as_json(fv.config.to_dict()) == runs.run_config(run_dir) and fv.workdir == str(run_dir)
 
@@ -147,26 +147,26 @@ def test_bad_input_is_one_line_exit_2(args, tmp_path, capsys, monkeypatch):
   (tmp_path / "empty").mkdir()
   (tmp_path / "torn").mkdir()
   (tmp_path / "torn" / "sweep.json").write_text('{"config": "experiments/stability.py:cpu", "tri')
-  assert cli.main(["report", *args]) == 2
+  assert main.main(["report", *args]) == 2
   err = capsys.readouterr().err
   assert err.startswith("nplace report: ") and len(err.strip().splitlines()) == 1, err
 
 
-def blocks(values_SL):
+def blocks(values_RL):
   """A per-layer probe over steps: (tag suffixes layer_001..L, values)."""
-  values_SL = np.asarray(values_SL, np.float64)
-  return [f"layer_{l:03d}" for l in range(1, values_SL.shape[1] + 1)], values_SL
+  values_RL = np.asarray(values_RL, np.float64)
+  return [f"layer_{l:03d}" for l in range(1, values_RL.shape[1] + 1)], values_RL
 
 
-def sublayers(values_S2L):
+def sublayers(values_R2L):
   """A per-sublayer probe (norm factors): attn_001, mlp_001, attn_002, ..."""
-  values_S2L = np.asarray(values_S2L, np.float64)
-  return [f"{b}_{l:03d}" for l in range(1, values_S2L.shape[1] // 2 + 1) for b in ("attn", "mlp")], values_S2L
+  values_R2L = np.asarray(values_R2L, np.float64)
+  return [f"{b}_{l:03d}" for l in range(1, values_R2L.shape[1] // 2 + 1) for b in ("attn", "mlp")], values_R2L
 
 
 def write_probes(run_dir, steps, probes: dict):
   """Event files as training writes them: train/loss and `probe/<name>/<suffix>` scalars
-  for probes {name: (suffixes, [S, n] values)}."""
+  for probes {name: (suffixes, [R, Y] values)}."""
   writer = tensorboardX.SummaryWriter(str(run_dir))
   for i, step in enumerate(steps):
     writer.add_scalar("train/loss", 5.0 - i, step)
@@ -183,7 +183,7 @@ def write_sweep(root, config, trials: dict):
        "status": s["status"], "error": None, "summary": s} for name, (o, s) in trials.items()]}))
 
 
-SUMMARY = {"status": "completed", "step": 20, "frequency_loss": 4.48, "entropy_rate": 1.45}
+SUMMARY = Summary(step=20, frequency_loss=4.48, entropy_rate=1.45).to_dict()
 LAYERS = np.arange(1, 9)
 
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from nplace import scores
+from nplace.train import scores
 from nplace.config import base_config
 
 

@@ -9,8 +9,11 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import AbstractMesh
 
-from nplace import layers, sharding, train_state
-from nplace.config import ConfigError, mesh_config
+from nplace.config import base_config
+from nplace.errors import ConfigError
+from nplace.model import layers
+from nplace.runtime import sharding
+from nplace.train import state as train_state, steps
 from conftest import tiny_config, xla_flags
 
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -20,14 +23,14 @@ TESTS = pathlib.Path(__file__).resolve().parent
     ((-1, 1, 1), 8, (8, 1, 1)), ((2, -1, 1), 8, (2, 4, 1)), ((2, 2, -1), 8, (2, 2, 2)),
     ((1, 1, 1), 1, (1, 1, 1)), ((-1, 2, 1), 2, (1, 2, 1))])
 def test_mesh_shape_fills_minus_one(sizes, devices, want):
-  m = mesh_config()
+  m = base_config().mesh
   m.data, m.fsdp, m.tensor = sizes
   assert sharding.mesh_shape(m, devices) == want
 
 
 @pytest.mark.parametrize("sizes,devices", [((3, 1, 1), 8), ((2, 2, 1), 8), ((-1, 3, 1), 8)])
 def test_mesh_shape_mismatch_is_a_config_error(sizes, devices):
-  m = mesh_config()
+  m = base_config().mesh
   m.data, m.fsdp, m.tensor = sizes
   with pytest.raises(ConfigError, match="mesh"):
     sharding.mesh_shape(m, devices)

@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from absl import flags
 
-from nplace import cli
+from nplace.commands import main, train as train_command
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 EXPERIMENT = '''
@@ -103,13 +103,13 @@ def test_killed_sweep_reruns_to_the_end_without_redoing_finished_trials(experime
 
 
 def test_list_prints_a_runnable_train_command_per_trial(experiment, tmp_path, capsys):
-  assert cli.main(["sweep", "--config", f"{experiment}:small", "--workdir", str(tmp_path),
+  assert main.main(["sweep", "--config", f"{experiment}:small", "--workdir", str(tmp_path),
                    "--config.train.steps=7", "--config.seed=5", "--only", "seed", "--list"]) == 0
   lines = capsys.readouterr().out.splitlines()
   assert [line.split("\t")[0] for line in lines] == NAMES[1:]
   args = shlex.split(lines[1].split("\t")[1])
   assert args[:2] == ["nplace", "train"] and args[args.index("--workdir") + 1] == str(tmp_path / NAMES[2])
-  config = cli.parse_flags(args[2:], lambda fv: flags.DEFINE_string("workdir", None, "", flag_values=fv)).config
+  config = train_command.COMMAND.parse(args[2:])[0].config
   assert (config.train.steps, config.seed) == (7, 1)  # the trial's seed wins over --config.seed=5
   assert not (tmp_path / "sweep.json").exists()
 
@@ -122,7 +122,7 @@ def test_list_prints_a_runnable_train_command_per_trial(experiment, tmp_path, ca
 def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsys, sweep_source, message):
   path = tmp_path / "bad.py"
   path.write_text(EXPERIMENT.split("def get_sweep")[0] + sweep_source)
-  assert cli.main(["sweep", "--config", f"{path}:small", "--workdir", str(tmp_path / "out")]) == 2
+  assert main.main(["sweep", "--config", f"{path}:small", "--workdir", str(tmp_path / "out")]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and message in err, err
   assert not (tmp_path / "out").exists()

@@ -1,20 +1,20 @@
-"""nplace.theory: the Gram recursion against SCIENCE.md's table and against a wide model,
+"""nplace.probes.theory: the Gram recursion against docs/science.md's table and against a wide model,
 kernel maps, branch gains, and the Post-LN factor product."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nplace import model, theory
-from nplace.probes import representations
+from nplace.config import ModelConfig, experiment
+from nplace.model import decoder
+from nplace.model.layers import cesaro
+from nplace.probes import representations, theory
 from nplace.probes import taps as taps_lib
-from nplace.config import experiment
-from nplace.layers import cesaro
 from conftest import tiny_config
 
 
 def test_gram_recursion_reproduces_table():
-  """SCIENCE.md: mean cosine at T = 1024 for an attention-only Post-LN stack."""
+  """docs/science.md: mean cosine at T = 1024 for an attention-only Post-LN stack."""
   sim = theory.post_gram_recursion(np.eye(1024), 12, attn_gain=1.0)
   np.testing.assert_allclose(sim[[0, 1, 3, 7, 11]], [0.002, 0.009, 0.088, 0.72, 0.95], atol=0.006, rtol=0.05)
   sim = theory.post_gram_recursion(np.eye(1024), 24, attn_gain=0.25)
@@ -46,17 +46,17 @@ def test_mlp_kernel_maps():
 
 
 def test_branch_gains():
-  vp = theory.branch_gains(model.freeze(experiment("deep48").model))
+  vp = theory.branch_gains(ModelConfig.of(experiment("deep48").model))
   np.testing.assert_allclose(vp["attn"], 1.0)
   np.testing.assert_allclose([vp["mlp_q"], vp["mlp_out"]], [1.0, 1.0])
-  gpt2 = theory.branch_gains(model.freeze(experiment("gpt2", "1.5b").model))
+  gpt2 = theory.branch_gains(ModelConfig.of(experiment("gpt2", "1.5b").model))
   np.testing.assert_allclose(gpt2["attn"], 1600 ** 2 * 0.02 ** 4 / 96)  # ~4e-3: almost no collapse
 
 
 def test_branch_gains_follow_the_placement_init():
   """DeepNet's beta and dropped depth scaling: the gains match the initialised kernels."""
-  cfg = model.freeze(tiny_config(placement="deepnorm", n_layer=8, d_model=64).model)
-  p = model.init(cfg, jax.random.key(0))["blocks"]
+  cfg = ModelConfig.of(tiny_config(placement="deepnorm", n_layer=8, d_model=64).model)
+  p = decoder.init(cfg, jax.random.key(0))["blocks"]
   var = lambda branch, name: np.var(p[branch][name]["kernel"])
   d, F = 64, 256
   gains = theory.branch_gains(cfg)
@@ -89,7 +89,7 @@ def wide_stack():
       return jnp.asarray(shrink * std * rng.standard_normal(x.shape), jnp.float32)
 
     # q, k shrunk: near-uniform attention; fc_out zero: attention only (the MLP's norm is then ~identity).
-    params = jax.tree_util.tree_map_with_path(init, model.abstract_params(cfg))
+    params = jax.tree_util.tree_map_with_path(init, decoder.abstract_params(cfg))
     tokens = rng.integers(0, cfg.vocab_size, (4, 16))
 
     @jax.jit

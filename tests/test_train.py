@@ -150,7 +150,7 @@ def test_huge_learning_rate_diverges_and_keeps_a_checkpoint(tmp_path, env):
   s = summary(tmp_path)
   assert s["status"] == "diverged" and s["diverged_at"] == s["step"] and 1 <= s["step"] < 40
   assert max(scalars(tmp_path, "train/loss")) <= s["step"]
-  from nplace import checkpoint
+  from nplace.train import checkpoint
   from nplace.config import experiment
   config = experiment("tiny", "pre")
   config.model.update(n_layer=2, d_model=32)
@@ -216,8 +216,8 @@ def test_tensorboard_server_serves_the_scalars(reference):
     ("--config.train.on_divergence=ignore", "train.on_divergence"),
 ])
 def test_bad_training_config_is_one_line_before_compiling(tmp_path, capsys, override, key):
-  from nplace import cli
-  code = cli.main(["train", "--workdir", str(tmp_path / "run"), *SMALL, f"--config.data.cache_dir={tmp_path}",
+  from nplace.commands import main
+  code = main.main(["train", "--workdir", str(tmp_path / "run"), *SMALL, f"--config.data.cache_dir={tmp_path}",
                    override])
   err = capsys.readouterr().err
   assert code == 2 and err.count("\n") == 1 and key in err, err
@@ -225,5 +225,5 @@ def test_bad_training_config_is_one_line_before_compiling(tmp_path, capsys, over
 
 
 def test_train_needs_a_workdir(capsys):
-  from nplace import cli
-  assert cli.main(["train", *SMALL]) == 2 and "--workdir" in capsys.readouterr().err
+  from nplace.commands import main
+  assert main.main(["train", *SMALL]) == 2 and "--workdir" in capsys.readouterr().err

@@ -6,7 +6,9 @@ import pytest
 from etils import epath
 from fsspec.implementations.local import LocalFileSystem
 
-from nplace import events, metrics, workdirs
+from nplace.logs import events
+from nplace.logs.writer import Writer
+from nplace.runtime import workdirs
 
 
 @pytest.fixture
@@ -38,7 +40,7 @@ def test_resolve_keeps_uris_and_makes_local_paths_absolute(tmp_path, monkeypatch
 
 
 def test_event_files_reach_a_bucket_and_a_resumed_run_keeps_its_history(bucket):
-  first = metrics.Writer("gs://b/run", purge_step=None, active=True)
+  first = Writer("gs://b/run", purge_step=None, active=True)
   for step in (1, 2, 3):
     first.scalars(step, {"train/loss": 10.0 - step})
   first.sync()
@@ -47,7 +49,7 @@ def test_event_files_reach_a_bucket_and_a_resumed_run_keeps_its_history(bucket):
 
   uploaded = {p.name for p in events.event_files(bucket / "b/run")}
   assert len(uploaded) == 1  # nothing written after the sync: no empty next segment
-  resumed = metrics.Writer("gs://b/run", purge_step=3, active=True)
+  resumed = Writer("gs://b/run", purge_step=3, active=True)
   assert uploaded == {p.name for p in events.event_files(resumed.events.local)}  # history for the heatmaps
   resumed.scalars(3, {"train/loss": 0.5})
   resumed.close()

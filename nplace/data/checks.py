@@ -1,9 +1,8 @@
 """Validation of `config.data`: cheap, reads nothing but the config."""
 import numpy as np
 
-from nplace.config import ConfigError
 from nplace.data import sources, synthetic, tokenizers
-from nplace.data.errors import DataError
+from nplace.errors import ConfigError, DataError
 
 TOKEN_DTYPES = ("uint16", "uint32")
 

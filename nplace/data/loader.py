@@ -8,7 +8,7 @@ import jax
 import numpy as np
 
 from nplace.data import prepare
-from nplace.data.errors import DataError
+from nplace.errors import DataError
 
 
 class Windows:

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from nplace.data import sources, synthetic, tokenizers
-from nplace.data.errors import DataError
+from nplace.errors import DataError
 
 FORMAT = "nplace-tokens/1"
 META = "meta.json"

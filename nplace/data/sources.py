@@ -9,7 +9,7 @@ import json
 import pathlib
 import re
 
-from nplace.data.errors import DataError
+from nplace.errors import DataError
 
 SCHEMES = "synthetic | text:PATH | tfds:NAME[/CONFIG]:SPLIT | openwebtext"
 TEXT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz")
@@ -116,7 +116,7 @@ def tfds_documents(name: str, split: str, data_dir, field: str, decode: Decoder,
 
   ArrayRecord datasets are read through `as_data_source` (no TensorFlow); TFRecord ones
   (most of the public gs://tensorflow-datasets, c4 included) through tf.data."""
-  import tensorflow_datasets as tfds
+  import tensorflow_datasets as tfds  # heavy (seconds to import): for TFDS sources alone
   where = f"tfds:{name}:{split}"
   try:
     builder = tfds.builder(name, data_dir=data_dir)
@@ -153,7 +153,7 @@ def tfds_documents(name: str, split: str, data_dir, field: str, decode: Decoder,
 def openwebtext_documents(field: str, bar):
   """Yields (text, True) per OpenWebText document, streamed by Hugging Face `datasets`."""
   try:
-    import datasets
+    import datasets  # optional: the `openwebtext` extra
   except ImportError:
     raise DataError("openwebtext: needs the Hugging Face datasets library "
                     "(pip install 'nplace[openwebtext]')") from None

@@ -8,7 +8,7 @@ import tempfile
 
 import numpy as np
 
-from nplace.data.errors import DataError
+from nplace.errors import DataError
 
 VOCAB_SIZES = {"byte": 257, "gpt2": 50257}  # known without loading anything
 
@@ -57,7 +57,7 @@ def _tiktoken_cache() -> str:
 
 def gpt2() -> TiktokenTokenizer:
   """GPT-2's BPE; its two files come from tiktoken's cache or are downloaded into it."""
-  import tiktoken
+  import tiktoken  # its BPE files may need a download: loaded for the gpt2 tokenizer alone
   try:
     encoding = tiktoken.get_encoding("gpt2")
   except (OSError, ValueError) as e:  # requests' ConnectionError is an OSError

@@ -1,6 +1,8 @@
 """Signal-propagation probes: per-layer measurements of the scanned model, through its
 perturbation taps and sown intermediates (no unrolled copy of the model).
 
-`suite.run_suite` runs them all; `summaries.ProbeWriter` puts them in TensorBoard; `nplace probe`
-(command.py) writes them as JSON. Definitions: SCIENCE.md, "Definitions for the probes".
+`suite.suite` runs them all, compiled apart from the train step; `summaries.ProbeWriter` puts
+them in TensorBoard (`figures` draws them, `history` reads them back); `theory` holds the
+curves they are drawn against; `inputs` fixes the batch and the random key they run on.
+Definitions: docs/science.md, "Probes".
 """

@@ -2,7 +2,7 @@
 `centered` ablation's subtraction): distance from the prefix average, and entropy."""
 import jax.numpy as jnp
 
-from nplace.layers import cesaro
+from nplace.model.layers import cesaro
 
 
 def prefix_average_tv(probs_LBHTS):

@@ -3,7 +3,7 @@ gradients, and the backward factor of every norm site."""
 import jax
 import jax.numpy as jnp
 
-from nplace import model
+from nplace.model import decoder
 from nplace.probes import taps as taps_lib
 
 MATRICES = {  # probe name -> (branch, module) of a block's kernel
@@ -19,7 +19,7 @@ def backward(cfg, params, batch_BT1, taps):
 
   def loss_fn(params, taps):
     logits, intermediates = taps_lib.forward(cfg, params, tokens_BT, taps)
-    return model.cross_entropy(logits, targets_BT), intermediates
+    return decoder.cross_entropy(logits, targets_BT), intermediates
 
   (loss, intermediates), (g_params, g_taps) = jax.value_and_grad(
       loss_fn, argnums=(0, 1), has_aux=True)(params, taps)

@@ -6,9 +6,10 @@ root-mean-square singular values: |J|_F / sqrt(T d), averaged over sequences in 
 import jax
 import jax.numpy as jnp
 
-from nplace import model, sharding
-from nplace.layers import RESIDUAL
+from nplace.model.block import Block
+from nplace.model.layers import RESIDUAL
 from nplace.probes import taps as taps_lib
+from nplace.runtime import sharding
 
 
 def _top_fn(cfg, params, tokens_BT):
@@ -29,12 +30,12 @@ def frobenius(cfg, params, tokens_BT, taps, key, n_probes):
   forward form needs one JVP per probe *and* layer.
   """
   h_L_BTD, f_vjp = jax.vjp(_top_fn(cfg, params, tokens_BT), taps)
-  u_KBTD = sharding.spread(jax.random.normal(key, (n_probes, *h_L_BTD.shape), h_L_BTD.dtype), RESIDUAL)
-  ct = jax.vmap(lambda u: f_vjp(u)[0])(u_KBTD)
+  u_EBTD = sharding.spread(jax.random.normal(key, (n_probes, *h_L_BTD.shape), h_L_BTD.dtype), RESIDUAL)
+  ct = jax.vmap(lambda u: f_vjp(u)[0])(u_EBTD)
   L = ct["blocks"]["h"].shape[1]
-  Jt_u_KLBTD = jnp.concatenate([ct["h0"][:, None], ct["blocks"]["h"][:, :L - 1]], axis=1)
+  Jt_u_ELBTD = jnp.concatenate([ct["h0"][:, None], ct["blocks"]["h"][:, :L - 1]], axis=1)
   T, D = h_L_BTD.shape[-2:]
-  return jnp.sqrt(jnp.mean(_seq_sq(Jt_u_KLBTD), axis=(0, 2)) / (T * D))
+  return jnp.sqrt(jnp.mean(_seq_sq(Jt_u_ELBTD), axis=(0, 2)) / (T * D))
 
 
 def spectral(cfg, params, tokens_BT, taps, key, n_iters):
@@ -66,16 +67,16 @@ def local_sensitivity(cfg, params, intermediates, key, n_probes):
   h_LBTD = taps_lib.hidden_LBTD(intermediates)
   h0_BTD = taps_lib.sown(intermediates["h0"])
   inputs_LBTD = jnp.concatenate([h0_BTD[None], h_LBTD[:-1]])
-  block = model.Block(model.freeze(cfg))
+  block = Block(cfg)
 
   def branch_jvp(p_layer, l, h_BTD, v_BTD):
     _, Jv_BTD = jax.jvp(lambda h: block.apply({"params": p_layer}, h, l)[0], (h_BTD,), (v_BTD,))
     return Jv_BTD - v_BTD
 
-  v_KLBTD = jax.random.normal(key, (n_probes, *inputs_LBTD.shape), inputs_LBTD.dtype)
-  v_KLBTD = sharding.spread(v_KLBTD, (None, *RESIDUAL))
+  v_ELBTD = jax.random.normal(key, (n_probes, *inputs_LBTD.shape), inputs_LBTD.dtype)
+  v_ELBTD = sharding.spread(v_ELBTD, (None, *RESIDUAL))
   per_layer = jax.vmap(branch_jvp)
   layers_L = jnp.arange(1, inputs_LBTD.shape[0] + 1)
-  w_KLBTD = jax.vmap(lambda v: per_layer(params["blocks"], layers_L, inputs_LBTD, v))(v_KLBTD)
+  w_ELBTD = jax.vmap(lambda v: per_layer(params["blocks"], layers_L, inputs_LBTD, v))(v_ELBTD)
   T, D = h0_BTD.shape[-2:]
-  return jnp.sqrt(jnp.mean(_seq_sq(w_KLBTD), axis=(0, 2)) / (T * D))
+  return jnp.sqrt(jnp.mean(_seq_sq(w_ELBTD), axis=(0, 2)) / (T * D))

@@ -1,12 +1,14 @@
 """The whole probe suite as one jit-able function of (params, batch)."""
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 
-from nplace import model, sharding, theory
-from nplace.probes import attention, gradients, jacobians, representations
+from nplace.config import MeshConfig, ModelConfig, ProbeConfig
+from nplace.probes import attention, gradients, jacobians, representations, theory
 from nplace.probes import taps as taps_lib
+from nplace.runtime import sharding
 
 THEORY_SUFFIX = "_theory"  # `<name>_theory` is a prediction drawn next to probe `<name>`
 
@@ -23,7 +25,7 @@ def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
   Length 1: loss, final_norm_*/embed_norm_* factors.
   Theory: rms_theory (Peri-LN bound), grad_h_theory (Post-LN factor product).
   Attention runs the einsum path whatever model.attention_impl says (einsum_attention).
-  `cfg` is config.model, `probe_config` config.probe (both static under jit).
+  `cfg` is a ModelConfig, `probe_config` a ProbeConfig (both static under jit).
   """
   cfg = einsum_attention(cfg)
   tokens_BT = batch_BT1[:, :-1]
@@ -56,9 +58,7 @@ def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
 def einsum_attention(cfg):
   """`cfg` with attention_impl=xla: the probes read the attention probabilities, and take
   forward-mode derivatives, which the fused kernels (custom VJPs: cuDNN's, splash) lack."""
-  c = model.freeze(cfg).as_configdict()
-  c.attention_impl = "xla"
-  return model.freeze(c)
+  return dataclasses.replace(cfg, attention_impl="xla")
 
 
 def _rbg(key):
@@ -68,34 +68,18 @@ def _rbg(key):
 
 
 def _theory(cfg, params, intermediates, results) -> dict:
-  """Predictions that need this batch's measurements (the rest live in summaries)."""
-  if cfg.placement == "peri":
-    h0 = taps_lib.sown(intermediates["h0"]).astype(jnp.float32)
-    bound = theory.peri_rms_bound(jnp.sqrt(jnp.mean(h0 * h0)), cfg.n_layer, cfg.dt, out_norm_cap(params))
-    return {"rms" + THEORY_SUFFIX: bound}
-  if cfg.placement == "post" and "norm_scale" in results:  # DyT has no scale factor
-    product_L = theory.post_backward_product(results["norm_scale"])
-    return {"grad_h" + THEORY_SUFFIX: results["grad_h"][-1] * product_L}
-  return {}
-
-
-def out_norm_cap(params):
-  """The largest rms an output norm can give a token: max|g| for RMSNorm; for LayerNorm
-  max over sites of max|g| + rms(b), since the centred, scaled input has rms <= 1 and rms
-  is a norm (triangle inequality). So the Peri-LN bound holds for both norms."""
-  caps = []
-  for b in gradients.BRANCHES:
-    site = params["blocks"][f"{b}_norm_out"]
-    cap_L = jnp.max(jnp.abs(site["scale"]), -1)
-    if "bias" in site:
-      cap_L = cap_L + jnp.sqrt(jnp.mean(jnp.square(site["bias"]), -1))
-    caps.append(cap_L)
-  return jnp.max(jnp.stack(caps))
+  """The placement's curves that need this batch's measurements (the rest: summaries)."""
+  out = {}
+  for curve in theory.curves(cfg):
+    value = curve.measured(cfg, params, intermediates, results) if curve.measured else None
+    if value is not None:
+      out[curve.probe + THEORY_SUFFIX] = value
+  return out
 
 
 @functools.cache
 def _jitted(layout):
-  """run_suite's jit for one layout (None, or a (mesh, frozen mesh config) pair traced under
+  """run_suite's jit for one layout (None, or a (mesh, MeshConfig) pair traced under
   sharding.under_layout): jit's own cache does not key on the layout, which is read at trace
   time, so each layout gets its own jit, kept for the process (the compiled suites too)."""
   fn = jax.jit(run_suite, static_argnums=(0, 4))
@@ -103,12 +87,12 @@ def _jitted(layout):
 
 
 def _jitted_and_args(config, mesh):
-  jitted = _jitted(None if mesh is None else (mesh, model.freeze(config.mesh)))
-  return jitted, model.freeze(config.model), model.freeze(config.probe)
+  jitted = _jitted(None if mesh is None else (mesh, MeshConfig.of(config.mesh)))
+  return jitted, ModelConfig.of(config.model), ProbeConfig.of(config.probe)
 
 
 def suite(config, params, batch_BT1, key, mesh=None) -> dict:
-  """run_suite, compiled once per (frozen model config, frozen probe config, layout); with
+  """run_suite, compiled once per (model config, probe config, layout); with
   `mesh`, laid out over it as the trainer's probe hook runs it (its estimates spread over the
   devices its few sequences leave free)."""
   jitted, cfg, probe_config = _jitted_and_args(config, mesh)

@@ -1,4 +1,4 @@
-"""Probe results into TensorBoard. Tags (README, "TensorBoard"):
+"""Probe results into TensorBoard. Tags (docs/guide/tensorboard.md):
 
 - scalars `probe/<name>/layer_NNN` (block outputs 001..L, Jacobian sources 000..L-1),
   `probe/<name>/attn_NNN` and `probe/<name>/mlp_NNN` (norm sites of layer NNN), plain
@@ -12,8 +12,8 @@ One-value probes get no image or histogram: their scalar chart over steps says i
 """
 import numpy as np
 
-from nplace import events, model, plots, theory
-from nplace.probes import catalog
+from nplace.config import ModelConfig
+from nplace.probes import catalog, figures, history, theory
 from nplace.probes.suite import THEORY_SUFFIX
 
 CATEGORIES = {"block": "probes per layer", "source": "probes per source layer of J_{l->L}",
@@ -36,18 +36,16 @@ def draws_images(probe, step: int, last_step: int) -> bool:
 
 
 def theory_curves(config, results, step: int) -> dict:
-  """Probe name -> (theory array, legend label saying what it assumes): the suite's
-  `<name>_theory` results plus Post-LN similarity from the Gram recursion, which predicts
-  the init for i.i.d. tokens under uniform attention and so is drawn at step 0 only."""
-  labels = {"rms": "bound rms(h_0) + 2l dt max|g|" + (" + rms(b)" if config.model.norm != "rmsnorm" else ""),
-            "grad_h": "|dL/dh_L| x norm factors above"}
-  curves = {name.removesuffix(THEORY_SUFFIX): np.asarray(value)
-            for name, value in results.items() if name.endswith(THEORY_SUFFIX)}
-  out = {name: (curve, labels[name]) for name, curve in curves.items()}
-  normalizes = config.model.norm != "dyt"  # the recursion's unit diagonal is a norm's doing
-  if config.model.placement == "post" and normalizes and "similarity" in results and step == 0:
-    out["similarity"] = (theory.post_similarity_at_init(model.freeze(config.model), config.data.seq_len),
-                         "init theory: i.i.d. tokens, uniform attention")
+  """Probe name -> (theory array, legend label saying what it assumes): the curves the
+  placement declares, the suite's `<name>_theory` results and, at step 0, those predicted for
+  the init from the config alone."""
+  cfg, out = ModelConfig.of(config.model), {}
+  for curve in theory.curves(cfg):
+    value = results.get(curve.probe + THEORY_SUFFIX)
+    if value is None and curve.at_init and step == 0 and curve.probe in results:
+      value = curve.at_init(cfg, config.data.seq_len)
+    if value is not None:
+      out[curve.probe] = (np.asarray(value), curve.label(cfg))
   return out
 
 
@@ -90,22 +88,22 @@ class ProbeWriter:
       finite = values[np.isfinite(values)]
       if finite.size:
         self.writer.summary.add_histogram(f"probe_hist/{name}", finite, step)
-      history = self.history.get(name)  # (steps, rows) of a heatmap probe; None for the rest
-      if history is not None:
-        steps, rows = history
+      heatmap = self.history.get(name)  # (steps, rows) of a heatmap probe; None for the rest
+      if heatmap is not None:
+        steps, rows = heatmap
         steps.append(step)
         rows.append(values)
       if not images:
         continue
       curve, label = curves.get(name, (None, None))
-      self.writer.image(f"probe_profile/{name}", step, plots.profile, name, values, kind, curve, label, step)
-      if history is not None:
-        self.writer.image(f"probe_heatmap/{name}", step, plots.heatmap, name, np.array(steps), np.stack(rows),
+      self.writer.image(f"probe_profile/{name}", step, figures.profile, name, values, kind, curve, label, step)
+      if heatmap is not None:
+        self.writer.image(f"probe_heatmap/{name}", step, figures.heatmap, name, np.array(steps), np.stack(rows),
                           kind, catalog.labels(kind, len(values)))
 
   def _start(self, step, results):
     """History of the earlier steps from the event files; the layout, once per process."""
-    past = events.read_probe_history(self.writer.events.local)
+    past = history.read(self.writer.events.local)
     self.history = {}
     for name in catalog.HEATMAPS:
       if name in results:

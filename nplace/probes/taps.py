@@ -7,20 +7,20 @@ and block l's output (slice l-1 of the scanned tap `blocks/h`) for l >= 1.
 import jax
 import jax.numpy as jnp
 
-from nplace import model
+from nplace.model import decoder
 
 
 def zero_taps(cfg, tokens_BT):
   """Zero-valued `perturbations` for this batch shape; their gradients are the cotangents."""
   shapes = jax.eval_shape(
-      lambda key: model.Decoder(model.freeze(cfg)).init(key, tokens_BT)["perturbations"],
+      lambda key: decoder.Decoder(cfg).init(key, tokens_BT)["perturbations"],
       jax.random.key(0))
   return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
 def forward(cfg, params, tokens_BT, taps):
   """(logits, intermediates) with the taps added at their points."""
-  logits, state = model.apply(cfg, params, tokens_BT, extra_variables={"perturbations": taps},
+  logits, state = decoder.apply(cfg, params, tokens_BT, extra_variables={"perturbations": taps},
                               mutable=["intermediates"])
   return logits, state["intermediates"]
 

@@ -1,0 +1,39 @@
+"""Evaluates a training checkpoint as the trainer does: validation loss, perplexity both ways,
+ROUGE-1/2/L of the teacher-forced argmax predictions and, with eval.bertscore_model set,
+BERTScore. The config is the one the checkpoint was saved with, unless --config is given."""
+import json
+import pathlib
+
+from absl import flags
+
+from nplace.commands.flags import Command
+from nplace.config import validate
+from nplace.errors import UsageError
+from nplace.train import checkpoint
+from nplace.train.evaluation import evaluate_checkpoint
+
+
+def _define(fv):
+  flags.DEFINE_string("workdir", None, "training run directory (required)", flag_values=fv)
+  flags.DEFINE_integer("step", None, "checkpoint step (default: the newest)", flag_values=fv)
+  flags.DEFINE_string("json", None, "also write the numbers to this JSON file", flag_values=fv)
+
+
+COMMAND = Command("nplace eval --workdir DIR [--step N] [--json OUT] [--config FILE[:ARG]]", __doc__, _define,
+                  config="optional")
+
+
+def main(argv):
+  fv, _ = COMMAND.parse(argv)
+  if not fv.workdir:
+    raise UsageError("--workdir is required")
+  try:
+    config = fv.config if fv.config is not None else checkpoint.read_config(fv.workdir, fv.step)[0]
+    validate(config)
+    out = evaluate_checkpoint(config, fv.workdir, fv.step)
+  except FileNotFoundError as e:
+    raise UsageError(str(e)) from None
+  for name, value in out.items():
+    print(f"{name:28s} {value:.6g}" if isinstance(value, float) else f"{name:28s} {value}")
+  if fv.json:
+    pathlib.Path(fv.json).write_text(json.dumps(out, indent=2) + "\n")

@@ -1,0 +1,60 @@
+"""The placement lab. `nplace lab PLACEMENT`: the placement's scorecard at init next to post,
+pre and peri: hidden-state growth, the block Jacobians' scale invariance, token similarity,
+the norms' backward factors, the gradient ratio and the end-to-end Jacobian, a score (how many
+orders of magnitude the model is off balance) and its stability prediction. `nplace lab --rank
+SWEEP_DIR`: the lab's score of each configuration of a sweep against its measured outcome
+(Spearman's rho). The model is --config (default experiments/placements.py: study A's CPU
+stress grid) made --depth blocks deep and --width wide, probed at init on a random batch."""
+import json
+import pathlib
+
+from absl import flags
+
+from nplace.commands.flags import Command
+from nplace.config import experiment_path
+from nplace.errors import UsageError
+from nplace.model.placements import PLACEMENTS
+from nplace.studies.lab import checks, measure, rank
+
+DEFAULT_CONFIG = "experiments/placements.py"
+
+
+def _define(fv):
+  flags.DEFINE_integer("depth", 48, "blocks of the lab model", flag_values=fv)
+  flags.DEFINE_integer("width", 64, "d_model of the lab model", flag_values=fv)
+  flags.DEFINE_string("json", None, "write every number here", flag_values=fv)
+  flags.DEFINE_string("rank", None, "sweep directory: rank its configurations by the lab's "
+                      "score and by their measured outcomes", flag_values=fv)
+
+
+COMMAND = Command("nplace lab PLACEMENT | --rank SWEEP_DIR [--depth 48] [--width 64] [--json OUT] "
+                  "[--config FILE[:ARG]] [--config.KEY=VALUE ...]", __doc__, _define, args=True)
+
+
+def _with_default_config(argv):
+  """argv with `--config DEFAULT_CONFIG` first unless it names a config: the lab's model,
+  overridable with --config.model.x=y like any other."""
+  named = any(a == "--config" or a.startswith("--config=") for a in argv)
+  return argv if named else [f"--config={experiment_path(DEFAULT_CONFIG)}", *argv]
+
+
+def main(argv):
+  fv, args = COMMAND.parse(_with_default_config(argv))
+  if len(args) > 1:
+    raise UsageError(f"unexpected argument {args[1]!r}")
+  placement = args[0] if args else None
+  if fv.rank:
+    if placement is not None:
+      raise UsageError(f"--rank takes no PLACEMENT (got {placement!r}): it scores the sweep's own")
+    out = rank.rank(fv.config, fv.rank, fv.depth, fv.width)
+  else:
+    if placement not in PLACEMENTS:
+      raise UsageError(f"placement {placement!r}: expected one of {', '.join(PLACEMENTS)}"
+                       if placement else "name a PLACEMENT or --rank SWEEP_DIR")
+    configs = {n: measure.lab_config(fv.config, fv.depth, fv.width, [("placement", n)])
+               for n in dict.fromkeys((placement, *measure.BASELINES))}
+    cards = measure.measure_all(configs)
+    print(measure.scorecard(cards))
+    out = {"depth": fv.depth, "width": fv.width, "rule": checks.RULE, "cards": cards}
+  if fv.json:
+    pathlib.Path(fv.json).write_text(json.dumps(out, indent=1) + "\n")

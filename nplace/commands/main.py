@@ -1,0 +1,60 @@
+"""`nplace COMMAND [flags]`: the console script. Each command is the module of its name in this
+package (imported only when it runs), with a `COMMAND` (its usage, flags and help) and
+`main(argv)`. Bad input ends with one line on stderr and exit code 2."""
+import importlib
+import sys
+
+from nplace.errors import ConfigError, DataError, UsageError
+
+COMMANDS = {  # name -> what it does, in a line
+    "train": "train a model in a run directory, or resume it there",
+    "probe": "the probe suite at init or on a checkpoint, written as JSON",
+    "eval": "evaluate a checkpoint: validation loss, perplexity, ROUGE, BERTScore",
+    "sweep": "run an experiment grid, each trial in its own run directory",
+    "report": "report.md and its figures for sweeps and runs",
+    "plot": "one probe of several runs (or probe JSON files) on one axis",
+    "lab": "a placement's scorecard at init, or the lab's ranking of a sweep",
+    "compile": "does a run fit a TPU slice? an ahead-of-time compile, per-chip memory",
+    "convert": "Hugging Face GPT-2 checkpoints in and out",
+    "prepare": "tokenize a data source once into token shards",
+    "info": "a config's size and cost, its keys with their docs, or every placement",
+    "demo": "the tiny model with each placement, then a report (make demo)",
+}
+USAGE = f"usage: nplace {{{','.join(COMMANDS)}}} [flags] (nplace --help lists the commands)"
+
+
+def overview() -> str:
+  width = max(map(len, COMMANDS)) + 2
+  lines = ["usage: nplace COMMAND [flags]", "", "Where the normalization goes in a Transformer: train, probe and "
+           "compare norm placements.", "", "commands:"]
+  lines += [f"  {name:{width}}{about}" for name, about in COMMANDS.items()]
+  lines += ["", "nplace COMMAND --help prints a command's flags; nplace info --config FILE --keys lists "
+            "every config key."]
+  return "\n".join(lines)
+
+
+def main(argv=None):
+  argv = sys.argv[1:] if argv is None else argv
+  if argv[:1] in (["--help"], ["-h"]):
+    print(overview())
+    return 0
+  if not argv or argv[0] not in COMMANDS:
+    print(USAGE, file=sys.stderr)
+    return 2
+  name, rest = argv[0], argv[1:]
+  command = importlib.import_module(f"nplace.commands.{name}")
+  if "--help" in rest or "-h" in rest:
+    print(command.COMMAND.help())
+    return 0
+  from nplace.runtime import startup  # jax: loaded only when a command runs, not for --help
+  startup.cpu_only_without_tpu()
+  try:
+    command.main(rest)
+  except (UsageError, ConfigError, DataError) as e:
+    print(f"nplace {name}: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,25 @@
+"""Trains a model in a run directory, or resumes it there from the newest good checkpoint.
+
+TensorBoard event files, checkpoints (every checkpoint.every steps, on SIGTERM and at the end)
+and, when the run ends, summary.json go to --workdir (a local path or gs://BUCKET/...). Run the
+same command again to resume an interrupted run.
+"""
+from absl import flags
+
+from nplace.commands.flags import Command
+from nplace.errors import UsageError
+from nplace.train.loop import train
+
+
+def _define(fv):
+  flags.DEFINE_string("workdir", None, "run directory (required)", flag_values=fv)
+
+
+COMMAND = Command("nplace train --config FILE[:ARG] --workdir DIR [--config.KEY=VALUE ...]", __doc__, _define)
+
+
+def main(argv):
+  fv, _ = COMMAND.parse(argv)
+  if not fv.workdir:
+    raise UsageError("--workdir is required")
+  train(fv.config, fv.workdir)

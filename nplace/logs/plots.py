@@ -1,0 +1,177 @@
+"""Figures for TensorBoard images and files on disk (matplotlib, no pyplot: Agg canvases): the
+style, axis limits and tick labels every figure shares, and `curves` (several runs on one axis).
+
+Sized for TensorBoard's image cards, which show an image ~350 pixels wide in a 1600-pixel
+window: 480 x 320 pixels with 11-13 point text keeps every label legible there (and a
+PDF or SVG from `save` scales for a paper). Axis limits never stretch a nearly flat series
+(`limits`); the probe figures (nplace/probes/figures.py) take each probe's scale from its
+catalog entry, never from the values, so two runs' images compare by eye.
+"""
+import functools
+
+import matplotlib
+import numpy as np
+from matplotlib import colors, ticker
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+WIDTH, HEIGHT, DPI = 480, 320, 100
+# axes.titley fixed: left unset, matplotlib measures every tick label to place the title
+# (~7% of a figure's drawing time; the pixels are the same here, with no ticks on top)
+STYLE = {"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fontsize": 10,
+         "xtick.labelsize": 11, "ytick.labelsize": 11, "axes.grid": True, "grid.alpha": 0.3,
+         "axes.titley": 1.0}
+MARGINS = {"left": 0.17, "right": 0.97, "bottom": 0.16, "top": 0.9}  # fixed: a layout engine costs ~4x the drawing
+MIN_DECADES = 1.0  # a log axis spans at least this much, a linear one 10% of its level
+
+
+def styled(draw):
+  """Runs a drawing function under STYLE (rcParams are read when artists are created), its
+  figure's ticks limited to the view (_InView)."""
+  @functools.wraps(draw)
+  def wrapper(*args, **kwargs):
+    with matplotlib.rc_context(STYLE):
+      fig = draw(*args, **kwargs)
+    for ax in fig.axes:
+      for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(_InView(axis.get_major_locator()))
+        axis.set_minor_locator(_InView(axis.get_minor_locator()))
+    return fig
+  return wrapper
+
+
+class _InView(ticker.Locator):
+  """A locator's ticks inside the view only. matplotlib builds a Tick (two markers, a grid
+  line, two labels) for every location, drawn or not, and a log locator adds a decade either
+  side: a third of a probe image's drawing time went to ticks never drawn. Same pixels."""
+
+  def __init__(self, locator):
+    self.locator = locator
+
+  def set_axis(self, axis):
+    super().set_axis(axis)
+    self.locator.set_axis(axis)
+
+  def __call__(self):
+    locs = np.asarray(self.locator())
+    lo, hi = sorted(self.axis.get_view_interval())
+    slack = 1e-10 * (hi - lo)  # a tick at the edge (matplotlib draws those)
+    return locs[(locs >= lo - slack) & (locs <= hi + slack)]
+
+  def tick_values(self, vmin, vmax):
+    return self.locator.tick_values(vmin, vmax)
+
+  def nonsingular(self, v0, v1):
+    return self.locator.nonsingular(v0, v1)
+
+  def view_limits(self, vmin, vmax):
+    return self.locator.view_limits(vmin, vmax)
+
+
+def new_figure():
+  fig = Figure(figsize=(WIDTH / DPI, HEIGHT / DPI), dpi=DPI)
+  fig.subplots_adjust(**MARGINS)
+  FigureCanvasAgg(fig)
+  return fig, fig.add_subplot()
+
+
+class LogLabels(ticker.Formatter):
+  """Plain labels ("0.6", "1e-05") on log axes; minor ticks labelled only on a short axis,
+  which may hold a single major tick: all under a factor 3, 2 and 5 x 10^k under two decades."""
+
+  def __init__(self, minor: bool):
+    self.minor = minor
+
+  def __call__(self, value, pos=None):
+    if self.minor:
+      lo, hi = self.axis.get_view_interval()
+      shown = "123456789" if hi / lo < 3 else "25" if hi / lo < 100 else ""
+      if f"{value:.0e}"[0] not in shown:
+        return ""
+    return _short(value)
+
+
+def _short(value) -> str:
+  """At most ~5 characters: 0.5, 20, 1e-5, 3e4."""
+  if 1e-2 <= abs(value) < 1e4 or value == 0:
+    text = f"{value:.2g}"
+    return f"{value:.0f}" if "e" in text else text  # 100, not 1e+02
+  return f"{value:.0e}".replace("e-0", "e-").replace("e+0", "e").replace("e+", "e")
+
+
+def finite_values(values, log):
+  v = np.asarray(values, np.float64).ravel()
+  return v[np.isfinite(v) & (v > 0)] if log else v[np.isfinite(v)]
+
+
+def limits(values, log, fixed=None):
+  """(lo, hi) that never stretch a flat series: at least MIN_DECADES (log) or 10% of the
+  level (linear); `fixed` (a bounded quantity) widened only to fit what lies outside it.
+  None when nothing is finite."""
+  v = finite_values(values, log)
+  if fixed is not None:
+    lo, hi = fixed
+    if v.size:
+      lo, hi = min(lo, v.min()), max(hi, v.max())
+    pad = 0.03 * (hi - lo)
+    return lo - pad, hi + pad
+  if not v.size:
+    return None
+  if log:
+    lo, hi = np.log10(v.min()), np.log10(v.max())
+    mid, half = (lo + hi) / 2, max(hi - lo, MIN_DECADES) / 2 * 1.1
+    return 10 ** (mid - half), 10 ** (mid + half)
+  lo, hi = v.min(), v.max()
+  mid, half = (lo + hi) / 2, max(hi - lo, 0.1 * max(abs(lo), abs(hi)), 1e-12) / 2 * 1.1
+  return mid - half, mid + half
+
+
+def set_ylim(ax, values, log, fixed=None):
+  lo_hi = limits(values, log, fixed)
+  if lo_hi:
+    ax.set_ylim(*lo_hi)
+
+
+def set_yscale(ax, log):
+  if log:  # plain "0.6", "1e-05" labels, minor ones too (a one-decade axis has one major tick)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(LogLabels(minor=False))
+    ax.yaxis.set_minor_formatter(LogLabels(minor=True))
+  else:
+    ax.yaxis.set_major_formatter(ticker.ScalarFormatter(useOffset=False))
+
+
+@styled
+def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None) -> Figure:
+  """Several runs on one axis: label -> (x, y); `hlines` label -> y drawn dashed."""
+  fig, ax = new_figure()
+  set_yscale(ax, log_y)
+  if log_x:
+    ax.set_xscale("log")
+  shown = []
+  for label, (x, y) in series.items():
+    y = np.asarray(y, np.float64)
+    ax.plot(x, y, marker="o" if y.size <= 32 else None, ms=3.5, label=label)
+    shown.append(y.ravel())
+  for label, y in (hlines or {}).items():
+    ax.axhline(y, color="0.4", ls="--", lw=1.2, label=label)
+    shown.append(np.array([y], np.float64))
+  if shown:
+    set_ylim(ax, np.concatenate(shown), log_y)
+  crowded = len(shown) > 4  # smaller and see-through, so a legend over data hides none of it
+  ax.legend(loc="best", fontsize=8 if crowded else None, framealpha=0.5 if crowded else None)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title)
+  return fig
+
+
+def to_rgb(fig) -> np.ndarray:
+  """[H, W, 3] uint8 pixels of the figure."""
+  fig.canvas.draw()
+  return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+
+
+def save(fig, path) -> None:
+  fig.savefig(path, dpi=fig.dpi)

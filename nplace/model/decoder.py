@@ -1,0 +1,148 @@
+"""The decoder: a GPT-2-style stack of the Block (nplace/model/block.py), which reads the norm
+placement as data.
+
+Used functionally: `init(cfg, key)` gives a params pytree, `apply(cfg, params, tokens)` gives
+logits. `cfg` is a ModelConfig (`ModelConfig.of(config.model)`, built once by the caller).
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from nplace.config import ModelConfig
+from nplace.model.block import Block
+from nplace.model.layers import RESIDUAL, Norm, embed_std
+from nplace.model.placements import PLACEMENTS
+from nplace.runtime.sharding import constrain
+
+REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def _scanned_blocks(cfg):
+  block = Block
+  if cfg.remat != "none":
+    block = nn.remat(Block, policy=REMAT_POLICIES[cfg.remat], prevent_cse=False)
+  return nn.scan(
+      block,
+      variable_axes={"params": 0, "perturbations": 0, "intermediates": 0},
+      split_rngs={"params": True},
+      length=cfg.n_layer,
+      metadata_params={nn.PARTITION_NAME: "layers"},
+  )
+
+
+class Decoder(nn.Module):
+  """Token + position embedding, scanned blocks, final norm (if the placement has one), tied LM head."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens_BT, head=True):
+    """Logits [B, T, vocab] in float32; with head=False the hidden state the head reads."""
+    cfg = self.cfg
+    embed_init = nn.initializers.normal(embed_std(cfg))
+    wte = nn.Embed(cfg.vocab_size, cfg.d_model, name="wte", dtype=cfg.dtype,
+                   embedding_init=nn.with_logical_partitioning(embed_init, ("vocab", "embed")))
+    wpe = nn.Embed(cfg.max_len, cfg.d_model, name="wpe",
+                   embedding_init=nn.with_logical_partitioning(embed_init, ("position", "embed")))
+    T = tokens_BT.shape[1]
+    h_BTD = constrain((wte(tokens_BT) + wpe(jnp.arange(T))[None]).astype(cfg.dtype), RESIDUAL)
+    if cfg.embed_norm:
+      h_BTD = Norm(cfg, name="embed_norm")(h_BTD)
+    h_BTD = self.perturb("h0", h_BTD)
+    self.sow("intermediates", "h0", h_BTD)  # the probes' layer 0 (per-block Jacobians start here)
+    # The layer index l = 1..L is a scanned input: layer-dependent rules (lns, mix) read it.
+    h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, jnp.arange(1, cfg.n_layer + 1))
+    if PLACEMENTS[cfg.placement].final_norm:
+      h_BTD = Norm(cfg, name="final_norm")(h_BTD)
+    return lm_head(cfg, head_table(cfg, wte.embedding), h_BTD) if head else h_BTD
+
+
+def head_table(cfg, wte_VD):
+  """The tied head's weights: the embedding table padded with zero rows to P, a multiple of
+  `cfg.head_vocab_multiple` (GPT-2's 50257 rows were 1.14x slower on a GPU)."""
+  V = wte_VD.shape[0]
+  rows = -(-V // cfg.head_vocab_multiple) * cfg.head_vocab_multiple
+  return jnp.pad(wte_VD, ((0, rows - V), (0, 0)))
+
+
+def lm_head(cfg, table_PD, h_BTD):
+  """Logits [B, T, vocab] in float32, cast after a compute-dtype product (a float32 head was
+  ~40% of a bf16 124M step on a GPU); the padding's columns are cut off."""
+  logits_BTP = jnp.einsum("btd,pd->btp", h_BTD.astype(cfg.dtype), table_PD.astype(cfg.dtype))
+  return constrain(logits_BTP[..., :cfg.vocab_size].astype(jnp.float32), ("batch", "length", "act_vocab"))
+
+
+def _dummy_tokens(cfg):
+  return jnp.zeros((1, min(cfg.max_len, 8)), jnp.int32)
+
+
+def init_boxed(cfg, key):
+  """Parameters with their logical-axis metadata (nn.LogicallyPartitioned boxes)."""
+  return Decoder(cfg).init(key, _dummy_tokens(cfg))["params"]
+
+
+def init(cfg, key):
+  """A params pytree of plain arrays."""
+  return nn.unbox(init_boxed(cfg, key))
+
+
+def _abstract_boxed(cfg):
+  return jax.eval_shape(lambda key: init_boxed(cfg, key), jax.random.key(0))
+
+
+def abstract_params(cfg):
+  """Shapes and dtypes of the params, with no memory allocated."""
+  return nn.unbox(_abstract_boxed(cfg))
+
+
+def logical_specs(cfg):
+  """A PartitionSpec of logical axis names for every parameter."""
+  return nn.get_partition_spec(_abstract_boxed(cfg))
+
+
+def apply(cfg, params, tokens_BT, **kwargs):
+  """Logits [B, T, vocab] in float32. kwargs go to `Module.apply` (mutable=, ...)."""
+  variables = {"params": params, **kwargs.pop("extra_variables", {})}
+  return Decoder(cfg).apply(variables, tokens_BT, **kwargs)
+
+
+def cross_entropy(logits_BTV, targets_BT):
+  """Mean next-token cross-entropy in nats."""
+  return optax.softmax_cross_entropy_with_integer_labels(logits_BTV, targets_BT).mean()
+
+
+def loss(cfg, params, batch_BT1):
+  """Loss on a `[B, T+1]` window: inputs are the first T tokens, targets the last T."""
+  inputs_BT, targets_BT = batch_BT1[:, :-1], batch_BT1[:, 1:]
+  if cfg.loss_chunks == 1:
+    return cross_entropy(apply(cfg, params, inputs_BT), targets_BT)
+  h_BTD = apply(cfg, params, inputs_BT, head=False)
+  return chunked_cross_entropy(cfg, params["wte"]["embedding"], h_BTD, targets_BT)
+
+
+def chunked_cross_entropy(cfg, wte_VD, h_BTD, targets_BT):
+  """`cross_entropy(lm_head(...), targets)` over `cfg.loss_chunks` slices of the sequence, one
+  at a time, each recomputed in the backward: the [B, T, vocab] float32 logits never exist
+  whole (MaxText's vocabulary tiling), for one more head product in the backward."""
+  B, T, D = h_BTD.shape
+  C = cfg.loss_chunks
+  h_CBWD = h_BTD.reshape(B, C, T // C, D).swapaxes(0, 1)
+  targets_CBW = targets_BT.reshape(B, C, T // C).swapaxes(0, 1)
+  # padded once, outside the loop: padding inside it made XLA's TPU compiler fail a RET_CHECK
+  # (fsdp, 8 or more slices: a reduce-scatter of the padded gradient); kept in the parameters'
+  # dtype so that the slices' gradients add up in float32
+  table_PD = head_table(cfg, wte_VD)
+
+  @jax.checkpoint
+  def chunk_sum(h_BWD, targets_BW):
+    return optax.softmax_cross_entropy_with_integer_labels(lm_head(cfg, table_PD, h_BWD), targets_BW).sum()
+
+  def add_chunk(total, chunk):
+    return total + chunk_sum(*chunk), None
+
+  total, _ = jax.lax.scan(add_chunk, jnp.zeros((), jnp.float32), (h_CBWD, targets_CBW))
+  return total / (B * T)

@@ -1,0 +1,167 @@
+"""The device mesh and how parameters, batches and activations are laid out on it.
+
+Parameters and activations carry logical axis names (see nplace/model/layers.py);
+`config.mesh.rules` maps them to the mesh axes `data`, `fsdp`, `tensor`.
+"""
+import contextlib
+import contextvars
+import math
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from nplace.errors import ConfigError
+
+AXES = ("data", "fsdp", "tensor")
+
+
+def mesh_shape(mesh_config, n_devices: int) -> tuple[int, ...]:
+  """Sizes of (data, fsdp, tensor), -1 filled; a ConfigError if they don't tile the devices."""
+  sizes = [mesh_config[axis] for axis in AXES]
+  fixed = math.prod(s for s in sizes if s != -1)
+  if -1 in sizes:
+    if n_devices % fixed:
+      raise ConfigError("mesh", dict(zip(AXES, sizes)), f"fixed axes ({fixed}) do not divide the {n_devices} devices")
+    sizes[sizes.index(-1)] = n_devices // fixed
+  if math.prod(sizes) != n_devices:
+    raise ConfigError("mesh", dict(zip(AXES, sizes)), f"product {math.prod(sizes)} != {n_devices} devices")
+  return tuple(sizes)
+
+
+def make_mesh(mesh_config, devices=None) -> Mesh:
+  """The (data, fsdp, tensor) mesh, laid out on the TPU torus by jax's mesh builder.
+  Split physical axes are allowed: e.g. tensor=2 on a v5e 4x4 takes half of one torus axis."""
+  devices = jax.devices() if devices is None else devices
+  shape = mesh_shape(mesh_config, len(devices))
+  if devices[0].platform != "tpu":
+    return Mesh(np.asarray(devices).reshape(shape), AXES)
+  return Mesh(mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True), AXES)
+
+
+def rules(mesh_config) -> tuple:
+  return tuple((logical, tuple(m) if isinstance(m, (list, tuple)) else m) for logical, m in mesh_config.rules)
+
+
+_LAYOUT = contextvars.ContextVar("activation_layout", default=None)  # (mesh, rules) or None
+
+
+@contextlib.contextmanager
+def activation_layout(mesh: Mesh, mesh_config):
+  """Traced inside this, `constrain` pins activations to the mesh (outside: a no-op).
+
+  Its own context rather than flax's logical_axis_rules: under those, flax also constrains
+  every parameter as it is read, and DenseGeneral's init reshapes its kernel first, which
+  breaks shape evaluation; parameter layouts already come from the jit's in_shardings."""
+  token = _LAYOUT.set((mesh, rules(mesh_config)))
+  try:
+    yield
+  finally:
+    _LAYOUT.reset(token)
+
+
+def activation_sharding(shape: tuple, logical_axes: tuple) -> NamedSharding | None:
+  """The layout of an activation of `shape` inside activation_layout (None outside). A
+  dimension that does not split evenly stays whole (the probe suite's 4 sequences on 16
+  chips, GPT-2's 50257-token vocabulary)."""
+  layout = _LAYOUT.get()
+  if layout is None:
+    return None
+  mesh, logical_rules = layout
+  spec = nn.logical_to_mesh_axes(logical_axes, logical_rules)
+  spec = [axes if dim % _ways(mesh.shape, axes) == 0 else None for dim, axes in zip(shape, spec)]
+  return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+def constrain(x, logical_axes: tuple):
+  """`x` laid out by the logical axes' rules inside activation_layout; else `x` itself."""
+  layout = activation_sharding(x.shape, logical_axes)
+  return x if layout is None else jax.lax.with_sharding_constraint(x, layout)
+
+
+def spread(x_E, logical_axes: tuple):
+  """`x_E`, a stack of independent estimates (power iterations, Hutchinson probes) whose other
+  axes are laid out by `logical_axes`, with its leading axis split over the mesh axes those
+  leave free and it divides (inside activation_layout; else `x_E` itself). The probe suite's
+  few sequences leave devices idle, or repeating each other's work, without it."""
+  layout = activation_sharding(x_E.shape[1:], logical_axes)
+  if layout is None:
+    return x_E
+  mesh, taken = layout.mesh, set(jax.tree.leaves(tuple(layout.spec)))
+  lead = ()
+  for axis in mesh.axis_names:
+    ways = _ways(mesh.shape, lead) * mesh.shape[axis]
+    if axis not in taken and mesh.shape[axis] > 1 and x_E.shape[0] % ways == 0:
+      lead += (axis,)
+  return jax.lax.with_sharding_constraint(x_E, NamedSharding(mesh, PartitionSpec(lead or None, *layout.spec)))
+
+
+def platform() -> str:
+  """The platform being compiled for: the layout mesh's devices' (an ahead-of-time compile for
+  a TPU slice runs on a CPU host), else the default backend's."""
+  layout = _LAYOUT.get()
+  return layout[0].devices.flat[0].platform if layout else jax.default_backend()
+
+
+def _ways(sizes, axes) -> int:
+  """How many pieces mesh axes (None, a name or a tuple of names) of these sizes (a mesh's
+  `shape`) split a dimension into."""
+  axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
+  return math.prod(sizes[a] for a in axes)
+
+
+def under_layout(fn, mesh: Mesh, mesh_config):
+  """`fn` (a jitted function) called, and so traced, under activation_layout; `.lower` too."""
+  def call(*args):
+    with activation_layout(mesh, mesh_config):
+      return fn(*args)
+
+  def lower(*args):
+    with activation_layout(mesh, mesh_config):
+      return fn.lower(*args)
+
+  call.lower = lower
+  return call
+
+
+def logical_to_shardings(abstract_boxed, mesh: Mesh, mesh_config):
+  """NamedShardings for a pytree whose leaves are `nn.LogicallyPartitioned` (or plain: replicated)."""
+  specs = nn.get_partition_spec(abstract_boxed)
+  shardings = nn.logical_to_mesh_sharding(specs, mesh, rules(mesh_config))
+  check_divisible(nn.unbox(abstract_boxed), shardings)
+  return shardings
+
+
+def check_divisible(abstract, shardings) -> None:
+  """Every sharded dimension must split evenly over its mesh axes; names the offending array."""
+  flat, _ = jax.tree_util.tree_flatten_with_path(abstract)
+  for (path, leaf), sharding in zip(flat, jax.tree.leaves(shardings)):
+    for dim, axes in zip(leaf.shape, sharding.spec):
+      parts = _ways(sharding.mesh.shape, axes)
+      if dim % parts:
+        name = jax.tree_util.keystr(path)
+        raise ConfigError("mesh", dict(sharding.mesh.shape),
+                          f"{name} has a dimension of {dim}, not divisible over {axes} ({parts} devices)")
+
+
+def check_batch(sizes, config) -> None:
+  """A microbatch's rows must split evenly over the devices the `batch` rule gives them, on
+  mesh axes of these sizes (a mesh's `shape`)."""
+  rows = config.train.batch_size // config.train.grad_accum
+  ways = _ways(sizes, dict(rules(config.mesh)).get("batch"))
+  if rows % ways:
+    raise ConfigError("train.batch_size", config.train.batch_size,
+                      f"{rows} rows per microbatch do not split over the batch's {ways} devices "
+                      f"(mesh {dict(sizes)})")
+
+
+def batch_sharding(mesh: Mesh, mesh_config) -> NamedSharding:
+  """Batch rows split over the `batch` rule's mesh axes, sequence replicated."""
+  batch_axes = dict(rules(mesh_config)).get("batch")
+  return NamedSharding(mesh, PartitionSpec(batch_axes, None))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, PartitionSpec())

@@ -1,0 +1,93 @@
+"""What a process settles before JAX's backend starts: the platforms it may start, host memory,
+the CPU's devices, jax.distributed.
+
+Which backends a command may start: the CPU alone where libtpu is installed (the `aot`
+extra, for compiling against TPU topologies) but this machine has no TPU and no GPU plugin.
+
+JAX would end up on the CPU there anyway, but only after starting libtpu, which prints
+errors about TPU hosts it cannot find (jax-ml/jax#11668). A platform the user chose
+(JAX_PLATFORMS, jax_platforms) is left as it is.
+"""
+import glob
+import importlib.metadata
+import importlib.util
+import os
+import pkgutil
+
+import jax
+
+from nplace.runtime import cpu_split, malloc
+
+GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips; also Google's virtual NIC, so a GCE VM counts as maybe-TPU
+
+
+def tpu_may_be_present() -> bool:
+  """A Google PCI device (or a TPU device node) on this machine."""
+  if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
+    return True
+  for path in glob.glob("/sys/bus/pci/devices/*/vendor"):
+    try:
+      with open(path) as f:
+        if f.read().strip() == GOOGLE_PCI_VENDOR:
+          return True
+    except OSError:
+      continue
+  return False
+
+
+def gpu_plugin_installed() -> bool:
+  """A PJRT plugin (CUDA, ROCm, ...) JAX would try: a `jax_plugins` module or entry point."""
+  if importlib.metadata.entry_points(group="jax_plugins"):
+    return True
+  try:
+    import jax_plugins  # a namespace package holding the plugins; absent when none is installed
+  except ImportError:
+    return False
+  return any(pkgutil.iter_modules(jax_plugins.__path__))
+
+
+def libtpu_installed() -> bool:
+  return importlib.util.find_spec("libtpu") is not None
+
+
+def libtpu_can_only_fail() -> bool:
+  """libtpu is installed, but this machine has no TPU for it and JAX no GPU plugin to try instead."""
+  return libtpu_installed() and not tpu_may_be_present() and not gpu_plugin_installed()
+
+
+def chosen_platforms() -> str | None:
+  """The platforms the user chose (JAX_PLATFORMS, jax_platforms), e.g. "cpu" or "cuda,cpu"."""
+  return os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms
+
+
+def cpu_only_without_tpu() -> bool:
+  """Restricts JAX to the CPU when libtpu could only fail here; True when it did."""
+  if chosen_platforms() or not libtpu_can_only_fail():
+    return False
+  jax.config.update("jax_platforms", "cpu")
+  return True
+
+
+def cpu_backend_only() -> bool:
+  """JAX will run on the CPU: the platforms chosen are CPU only, or there is no GPU plugin and
+  no TPU that an installed libtpu could use."""
+  chosen = chosen_platforms()
+  if chosen:
+    return set(chosen.split(",")) == {"cpu"}
+  return not gpu_plugin_installed() and not (libtpu_installed() and tpu_may_be_present())
+
+
+def prepare_process(config) -> None:
+  """What must run before anything touches a device, in the trainer and the benchmarks: the
+  host memory setting, the CPU's devices, then jax.distributed for multi-process runs."""
+  if config.train.reuse_host_memory:
+    malloc.keep_freed_memory()
+  if cpu_backend_only():  # a GPU or TPU host's CPU devices do no work: leave them as they are
+    cpu_split.split(config)
+  d = config.distributed
+  if not d.initialize:
+    return
+  # CPU processes need a collectives backend; TPU and GPU ignore this setting.
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=d.coordinator_address,
+                             num_processes=d.num_processes, process_id=d.process_id)

@@ -1,0 +1,100 @@
+"""A model's scorecard at init (`nplace lab`): the probe suite and the lab's own measurements on
+the model made `depth` blocks deep and `width` wide, probed on a random batch (nothing is read
+from disk), turned into checks, a score and a prediction (the rule: nplace/studies/lab/checks.py).
+"""
+import functools
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nplace.config import ModelConfig, ProbeConfig, validate
+from nplace.model import decoder
+from nplace.probes import inputs, jacobians, representations, suite
+from nplace.probes import taps as taps_lib
+from nplace.studies.lab import checks as lab_checks
+
+BASELINES = ("post", "pre", "peri")  # the placements every scorecard shows beside its own
+
+
+def lab_config(base, depth: int, width: int, model_overrides=()):
+  """`base` at depth x width with `model_overrides` ((key, value) pairs under model.)."""
+  c = base.copy_and_resolve_references()
+  c.model.update(n_layer=depth, d_model=width)
+  c.model.update(dict(model_overrides))
+  validate(c)
+  return c
+
+
+@functools.partial(jax.jit, static_argnums=(0, 5))
+def _measure(cfg, params, batch_BT1, key, local_key, probe_config):
+  """The probe suite, rms(h_0), and |J_l - I| per block with the output projections as
+  initialised and multiplied by SCALE (both at the same inputs h_{l-1} and probe vectors)."""
+  results = suite.run_suite(cfg, params, batch_BT1, key, probe_config)
+  tokens_BT = batch_BT1[:, :-1]
+  _, intermediates = taps_lib.forward(cfg, params, tokens_BT, taps_lib.zero_taps(cfg, tokens_BT))
+  both = jax.tree.map(lambda a, b: jnp.stack([a, b]), params,
+                      lab_checks.scale_outputs(params, lab_checks.SCALE))
+  local_2L = jax.vmap(lambda p: jacobians.local_sensitivity(
+      cfg, p, intermediates, local_key, probe_config.hutchinson_probes))(both)
+  rms_h0 = representations.moments(taps_lib.sown(intermediates["h0"]))["rms"]
+  return results, rms_h0, local_2L
+
+
+def measure(config) -> dict:
+  """One model's scorecard: suite results (lists), the checks, score and prediction."""
+  cfg = ModelConfig.of(config.model)
+  params = decoder.init(cfg, jax.random.key(config.seed))
+  results, rms_h0, local_2L = _measure(
+      cfg, params, inputs.probe_batch(config, held_out=False), inputs.probe_key(config),
+      jax.random.key(config.seed, impl="rbg"), ProbeConfig.of(config.probe))
+  results = {name: np.asarray(v, np.float64).tolist() for name, v in results.items()}
+  card = lab_checks.checks(results, float(rms_h0), local_2L[0], local_2L[1])
+  return {"placement": config.model.placement, "checks": card, "terms": lab_checks.terms(card),
+          "score": lab_checks.score(card), "prediction": lab_checks.prediction(card),
+          "block_jacobian": np.asarray(local_2L, np.float64).tolist(), "probes": results}
+
+
+def measure_all(configs: dict) -> dict:
+  """Name -> measure(config), compiled through the persistent cache."""
+  _persistent_cache()
+  return {name: measure(config) for name, config in configs.items()}
+
+
+def _number(x: float) -> str:
+  return f"{x:.3g}"
+
+
+ROWS = (  # scorecard row label -> cell of one card
+    ("rms(h_0) -> rms(h_L)", lambda c: f"{_number(c['rms_h0'])} -> {_number(c['rms_top'])}"),
+    ("growth: better fit", lambda c: c["growth"]["better"]),
+    ("  linear: slope/layer, R²", lambda c: f"{_number(c['growth']['slope'])}, {c['growth']['r2_linear']:.3f}"),
+    ("  exp: rate/layer, R²", lambda c: f"{_number(c['growth']['rate'])}, {c['growth']['r2_exponential']:.3f}"),
+    (f"|J_l-I| ratio at c={lab_checks.SCALE:g}", lambda c: _number(c["scale_ratio"])),
+    ("top similarity", lambda c: f"{c['top_similarity']:.3f}" + (" clones" if c["clones"] else "")),
+    ("norm backward product", lambda c: " ".join(f"{role}:{_number(p)}" for role, p in
+                                                 c["backward_products"].items()) or "-"),
+    ("grad ratio h_1/h_L", lambda c: _number(c["grad_ratio"])),
+    ("|J_{0->L}|_F/sqrt(Td)", lambda c: _number(c["jacobian_0L"])),
+)
+
+
+def scorecard(cards: dict) -> str:
+  """The cards side by side (one column per model), then each one's prediction and the rule."""
+  names = list(cards)
+  rows = [(label, *(cell(cards[n]["checks"]) for n in names)) for label, cell in ROWS]
+  rows.append(("score", *(f"{cards[n]['score']:.2f}" for n in names)))
+  width = [max(len(str(r[i])) for r in [("", *names), *rows]) for i in range(len(names) + 1)]
+  lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, width)).rstrip()
+           for row in [("", *names), *rows]]
+  lines += [f"{n}: {cards[n]['prediction']}" for n in names]
+  return "\n".join(lines + [f"rule: {lab_checks.RULE}"])
+
+
+def _persistent_cache():
+  """Compiled measurements kept across runs, so the baselines compile once per model:
+  $JAX_COMPILATION_CACHE_DIR when set, else ~/.cache/nplace/jax."""
+  if not jax.config.jax_compilation_cache_dir:
+    jax.config.update("jax_compilation_cache_dir", str(pathlib.Path("~/.cache/nplace/jax").expanduser()))
+

@@ -1,0 +1,45 @@
+"""The section for runs of no known study (e.g. `make demo`'s): a table and loss curves.
+Its pieces (the per-run table, loss curves) are reused by the study sections."""
+from nplace.logs import plots
+from nplace.studies import outcomes
+from nplace.studies.report import markdown, runs as runs_lib
+
+COLUMNS = (  # header, summary key, digits
+    ("val loss", "val_loss", 4), ("val ppl", "val_perplexity", 3), ("freq loss", "frequency_loss", 4),
+    ("entropy rate", "entropy_rate", 4), ("spikes", "loss_spikes", 0),
+    ("max train loss", "max_train_loss", 4), ("tok/s", "tokens_per_sec", 0))
+
+
+def run_table(page, runs) -> str:
+  """One row per run: its directory (linked), status, failure kinds and summary numbers."""
+  rows = []
+  for run in runs:
+    s = run.summary
+    verdict = (", ".join(outcomes.failures(s)) or outcomes.OK) if s else "-"
+    rows.append([page.link(run.name, run.path), run.status, verdict, markdown.number(runs_lib.value(run, "step")),
+                 *(markdown.number(runs_lib.value(run, key), digits) for _, key, digits in COLUMNS)])
+  return markdown.table(["run", "status", "outcome", "step", *(h for h, _, _ in COLUMNS)], rows)
+
+
+def reference_lines(runs) -> dict:
+  """The frequency loss and entropy rate of the runs' data (from the first summary that has them)."""
+  lines = {}
+  for run in runs:
+    for label, key in (("frequency loss", "frequency_loss"), ("entropy rate", "entropy_rate")):
+      if runs_lib.value(run, key) is not None:
+        lines.setdefault(label, runs_lib.value(run, key))
+  return lines
+
+
+def loss_curves(page, runs, key: str, tag: str = "train/loss") -> str:
+  """`tag` of every run on one axis, against the frequency-loss and entropy-rate lines."""
+  series = {run.name: runs_lib.scalars(run)[tag] for run in runs if tag in runs_lib.scalars(run)}
+  if not series:
+    return f"(no `{tag}` events found)"
+  fig = plots.curves(series, "step", "loss (nats)", tag, hlines=reference_lines(runs))
+  return page.figure(fig, f"{key}_{tag.replace('/', '_')}", f"{tag} of every run")
+
+
+def section(page, source, key: str) -> str:
+  return "\n\n".join([run_table(page, source.runs), loss_curves(page, source.runs, key),
+                      loss_curves(page, source.runs, key, "eval/loss"), markdown.commands(source.runs)])

@@ -1,0 +1,74 @@
+"""Study B: loss against the frequency-loss and entropy-rate lines, the collapse verdict,
+layer x step heatmaps of token similarity and of the norm backward factor, and the
+bottom/top residual-gradient ratio over training."""
+import numpy as np
+
+from nplace.logs import plots
+from nplace.probes import figures
+from nplace.studies.report import generic, markdown, runs as runs_lib, study_a
+from nplace.train.summary import COLLAPSE_MARGIN, collapsed
+
+# The norm on the residual path (post) or on the branch input (pre: norm, peri: norm_in).
+BACKWARD = ("norm_backward", "norm_in_backward")
+
+
+def verdict_table(page, runs) -> str:
+  rows = []
+  for run in runs:
+    s = run.summary
+    verdict = markdown.number(bool(collapsed(s.val_loss, s.frequency_loss))) if s.val_loss is not None else "-"
+    rows.append([page.link(run.name, run.path), markdown.overrides_label(run.overrides), run.status,
+                 markdown.number(s.val_loss), markdown.number(s.frequency_loss),
+                 markdown.number(s.entropy_rate), verdict])
+  return markdown.table(["run", "overrides", "status", "val loss", "frequency loss", "entropy rate",
+                         "collapsed"], rows)
+
+
+def gradient_ratio(run):
+  """(steps, |dL/dh_1| / |dL/dh_L|) from the grad_h probe; None without it."""
+  history = runs_lib.probes(run).get("grad_h")
+  if history is None or not len(history.steps):
+    return None
+  values = np.asarray(history.values, np.float64)
+  return np.asarray(history.steps), values[:, 0] / values[:, -1]
+
+
+def heatmaps(page, run, key: str) -> list[str]:
+  history = runs_lib.probes(run)
+  out = []
+  for name in ("similarity", next((b for b in BACKWARD if b in history), None)):
+    if name in history:
+      h = history[name]
+      fig = figures.heatmap(name, h.steps, h.values, h.kind, h.labels)  # the name picks its scale
+      fig.axes[0].set_title(f"{run.name}: {name} over training")
+      out.append(page.figure(fig, f"{key}_{run.name}_{name}", f"{name} of {run.name}, layer x step"))
+  return out
+
+
+def ratio_part(page, runs, key: str) -> list[str]:
+  ratios = {run.name: (run, gradient_ratio(run)) for run in runs}
+  ratios = {name: (run, r) for name, (run, r) in ratios.items() if r is not None}
+  if not ratios:
+    return ["(no grad_h probe histories: set probe.every)"]
+  fig = plots.curves({name: r for name, (_, r) in ratios.items()}, "step", "|dL/dh_1| / |dL/dh_L|",
+                     "bottom/top residual-gradient ratio", log_y=True)
+  rows = [[page.link(name, run.path), markdown.overrides_label(run.overrides),
+           markdown.number(float(r[1][0])), markdown.number(float(r[1][-1])), str(int(r[0][-1]))]
+          for name, (run, r) in ratios.items()]
+  return [page.figure(fig, f"{key}_grad_ratio", "bottom/top residual-gradient ratio over training"),
+          markdown.table(["run", "overrides", "ratio, first probe", "ratio, last probe", "last step"], rows)]
+
+
+def section(page, source, key: str) -> str:
+  done = runs_lib.finished(source.runs)
+  if not done:
+    return "(no finished trials)"
+  intro = (f"`collapsed`: final validation loss within {COLLAPSE_MARGIN} nats of the "
+           "frequency loss (`nplace/train/summary.py`). Gradient ratio: residual-stream gradient norm "
+           "at block 1 over block L (grad_h probe); it falls by orders of magnitude when the "
+           "lower layers starve.")
+  parts = [intro, verdict_table(page, done), generic.loss_curves(page, done, key),
+           *ratio_part(page, done, key)]
+  for run in done:
+    parts += heatmaps(page, run, key)
+  return "\n\n".join(p for p in [*parts, study_a.unfinished(source.runs), markdown.commands(source.runs)] if p)

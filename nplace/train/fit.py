@@ -1,0 +1,137 @@
+"""Does a run fit a TPU slice (`nplace compile`)? The real train step (and the probe suite, when
+probe.every > 0) compiled ahead of time for the slice's abstract devices (libtpu, no TPU
+needed: the `aot` extra) on abstract inputs: per-chip memory against the chip's HBM, and a
+roofline estimate of step time and MFU.
+"""
+import copy
+import re
+
+import jax
+
+from nplace.model.size import model_info
+from nplace.probes import suite
+from nplace.runtime import chips, sharding
+from nplace.train import state as train_state, steps
+
+GiB = chips.GiB
+REMAT_RECOMPUTE = {"full": 4 / 3, "dots": 1.0, "dots_no_batch": 1.0, "none": 1.0}
+_EXHAUSTED = re.compile(r"([\d.]+)([GMK])\b.*?exceeds .*?HBM.*?\(([\d.]+)([GMK])\)")
+
+
+class DoesNotFit(Exception):
+  """The train step (or the probe suite) needs more memory per chip than the chip has."""
+
+  def __init__(self, needs: float, has: float, hints: list[str]):
+    super().__init__(f"does not fit: needs {needs / GiB:.2f} GiB of {has / GiB:.2f} GiB per chip; "
+                     f"try {' or '.join(hints)}")
+
+
+def _abstract(tree, shardings):
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def chip_bytes(compiled) -> dict:
+  """Bytes per chip. `peak` is what the chip must hold: arguments, outputs not aliased to them
+  (the donated state) and the temporaries, which are one arena. (XLA's peak_memory_in_bytes
+  came out below the temporaries on TPU: 7.7 GB against 10.4 GB for 1.5B in float32.)"""
+  m = compiled.memory_analysis()
+  peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+  return {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
+          "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes, "peak": peak}
+
+
+def _compile(lowered, hints: list[str]):
+  """The compiled executable; DoesNotFit when the compiler runs out of HBM."""
+  try:
+    return lowered.compile()
+  except jax.errors.JaxRuntimeError as e:
+    found = _EXHAUSTED.search(str(e))
+    if "RESOURCE_EXHAUSTED" not in str(e) or not found:
+      raise
+    unit = {"G": GiB, "M": 1 << 20, "K": 1 << 10}  # XLA's G is GiB: a v5e reports 15.75G usable
+    raise DoesNotFit(float(found[1]) * unit[found[2]], float(found[3]) * unit[found[4]], hints) from None
+
+
+def _hints(config, batch_per_chip: int, topo) -> list[str]:
+  hints = []
+  if batch_per_chip > 1:
+    hints.append(f"--batch-per-chip {batch_per_chip // 2}")
+  if config.model.remat != "full":
+    hints.append("--config.model.remat=full")
+  if config.model.dtype != "bfloat16":
+    hints.append("--config.model.dtype=bfloat16")
+  if config.model.loss_chunks == 1 and config.data.seq_len % 8 == 0:  # the logits: 124M's peak 3.27 -> 1.22 GiB
+    hints.append("--config.model.loss_chunks=8")
+  if config.mesh.fsdp != -1:
+    hints.append("--config.mesh.fsdp=-1 --config.mesh.data=1")
+  bigger = [n for n in topo.chip.shapes if n > topo.chips]
+  if bigger:
+    hints.append(f"a larger slice ({chips.Topology(topo.chip, '', bigger[0]).cloud_name})")
+  return hints
+
+
+def roofline(config, topo, mesh) -> dict:
+  """Step time as the slower of compute and FSDP/data-parallel traffic, assumed overlapped.
+
+  FLOPs come from the model's formula (6N + 12 L T d per token, nplace info): XLA's cost
+  analysis counts a scanned layer once. Compute adds the forward recomputed by remat; traffic
+  is three passes of float32 parameters over the fsdp axis (all-gather forward and again for
+  the recomputed backward, reduce-scatter of gradients) and an all-reduce over `data`."""
+  chip = topo.chip
+  tokens = config.train.batch_size * config.data.seq_len
+  info = model_info(config)
+  model_flops = info["flops_per_token"] * tokens / topo.chips
+  compute_s = model_flops * REMAT_RECOMPUTE[config.model.remat] / chip.peak_flops
+  param_bytes = 4 * info["params"]
+  fsdp, data = mesh.shape["fsdp"], mesh.shape["data"]
+  comm_bytes = 3 * param_bytes * (fsdp - 1) / fsdp + 2 * param_bytes / fsdp * (data - 1) / data
+  step_s = max(compute_s, comm_bytes / chip.ici_bandwidth)
+  return {"model_flops_per_chip": model_flops, "compute_s": compute_s,
+          "comm_s": comm_bytes / chip.ici_bandwidth, "step_s": step_s,
+          "mfu": model_flops / (step_s * chip.peak_flops), "tokens_per_sec": tokens / step_s,
+          "params": info["params"]}
+
+
+def check(config, topology: str, batch_per_chip: int, probes: bool = True) -> dict:
+  """The report for `config` on `topology` at `batch_per_chip`; raises DoesNotFit. The probe
+  suite is compiled too when the run would use it (`probe.every` > 0)."""
+  topo = chips.resolve(topology)
+  config = copy.deepcopy(config)
+  config.train.batch_size = batch_per_chip * topo.chips
+  mesh = sharding.make_mesh(config.mesh, topo.devices())
+  state_shardings = train_state.shardings(config, mesh)
+  train_step, _ = steps.compile_steps(config, mesh, state_shardings)
+  state = _abstract(train_state.abstract(config), state_shardings)
+  batch = jax.ShapeDtypeStruct((config.train.batch_size, config.data.seq_len + 1), "int32",
+                               sharding=sharding.batch_sharding(mesh, config.mesh))
+  hints = _hints(config, batch_per_chip, topo)
+  compiled = _compile(train_step.lower(state, batch), hints)
+  memory = chip_bytes(compiled)
+  if memory["peak"] > topo.chip.hbm_bytes:
+    raise DoesNotFit(memory["peak"], topo.chip.hbm_bytes, hints)
+  cost = compiled.cost_analysis()
+  report = {
+      "topology": topo.name, "cloud_name": topo.cloud_name, "chips": topo.chips,
+      "mesh": dict(mesh.shape), "batch_per_chip": batch_per_chip,
+      "global_batch": config.train.batch_size, "seq_len": config.data.seq_len,
+      "dtype": config.model.dtype, "remat": config.model.remat, "placement": config.model.placement,
+      "hbm_bytes": topo.chip.hbm_bytes, "bytes": memory, "fits": True,
+      "xla_flops_per_chip": (cost or {}).get("flops"),  # the scanned layer counted once
+      **roofline(config, topo, mesh), "probe_bytes": None,
+  }
+  if probes and config.probe.every:
+    hints = [f"--config.probe.batch_size={max(1, config.probe.batch_size // 2)}",
+             "--config.probe.power_iters=0"]
+    report["probe_bytes"] = _probe_memory(config, mesh, state["params"], hints)
+    if report["probe_bytes"]["peak"] > topo.chip.hbm_bytes:
+      raise DoesNotFit(report["probe_bytes"]["peak"], topo.chip.hbm_bytes, hints)
+  return report
+
+
+def _probe_memory(config, mesh, params, hints) -> dict:
+  """The probe suite as `nplace train` runs it: a replicated held-out batch."""
+  rep = sharding.replicated(mesh)
+  batch = jax.ShapeDtypeStruct((config.probe.batch_size, config.data.seq_len + 1), "int32", sharding=rep)
+  key = jax.ShapeDtypeStruct((), jax.eval_shape(jax.random.key, 0).dtype, sharding=rep)
+  return chip_bytes(_compile(suite.lower(config, params, batch, key, mesh), hints))
+

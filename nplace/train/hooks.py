@@ -1,0 +1,129 @@
+"""Periodic hooks between train steps (levanter's `add_hook(fn, every=N)`, nanodo's periodic
+actions): checkpoints, eval, probes and profiles."""
+import jax
+
+from nplace.config import profile_window
+from nplace.probes import inputs, suite, summaries
+from nplace.train import checkpoint
+
+
+class Hooks:
+  """Callables run between train steps, in the order added."""
+
+  def __init__(self):
+    self._hooks = []
+
+  def add(self, fn, every: int, *, at_start=False, at_end=None):
+    """`fn(step, state)` every `every` steps (0 = never) and, when `at_start`, at step 0 of a
+    fresh run; `at_end(step, state, status)` once after the loop, with the run's status."""
+    self._hooks.append((fn, every, at_start, at_end))
+
+  def start(self, state):
+    for fn, every, at_start, _ in self._hooks:
+      if at_start and every:
+        fn(0, state)
+
+  def step(self, step: int, state):
+    for fn, every, _, _ in self._hooks:
+      if every and step % every == 0:
+        fn(step, state)
+
+  def end(self, step: int, state, status: str):
+    for *_, at_end in self._hooks:
+      if at_end:
+        at_end(step, state, status)
+
+
+def checkpoint_hook(hooks, mngr, train_iter, config, log):
+  """Orbax decides the interval (checkpoint.every); the last step is saved unless the run
+  diverged (its newest good checkpoint stays the newest). The step log's counters are saved
+  with each checkpoint, so a resumed run goes on counting."""
+  def save(step, state):
+    if mngr.should_save(step):
+      log.flush()  # this step's metrics are in the counters (saving waits for the step anyway)
+    if checkpoint.save(mngr, step, state, train_iter, config):
+      log.save_counters(step)
+      log.writer.sync()  # a bucket workdir's event files go up with each checkpoint
+
+  def final(step, state, status):
+    if status != "diverged" and mngr.latest_step() != step:
+      checkpoint.save(mngr, step, state, train_iter, config, force=True)
+      log.save_counters(step)
+
+  hooks.add(save, every=1, at_end=final)
+
+
+def eval_hook(hooks, evaluator, writer, progress, summary, references, every):
+  """eval/* scalars and the summary's eval fields at step 0, every `every` steps and at the end
+  of a completed run."""
+  def run(step, state):
+    results = evaluator(state["params"])
+    writer.scalars(step, {f"eval/{name}": value for name, value in results.items()} | references)
+    summary.file_eval(results)
+    rouge = f" rougeL {results['rougeL']:.4f}" if "rougeL" in results else ""
+    progress.message(f"step {step} eval loss {results['loss']:.4f} perplexity {results['perplexity']:.3f}"
+                     f"{rouge} (frequency loss {references['data/frequency_loss']:.4f})")
+
+  def final(step, state, status):
+    if status == "completed" and step % every:
+      run(step, state)
+
+  hooks.add(run, every, at_start=True, at_end=final)
+
+
+def probe_hook(hooks, config, writer, progress, replicated):
+  """The probe suite on a fixed held-out batch (the same rows on every process), compiled apart
+  from the train step, at step 0 and every `probe.every` steps, written as probe/* summaries."""
+  if not config.probe.every:
+    return
+  batch = jax.make_array_from_process_local_data(replicated, inputs.probe_batch(config, held_out=True))
+  probe_writer = summaries.ProbeWriter(writer, config) if writer.summary else None
+
+  def run(step, state):
+    results = jax.device_get(
+        suite.suite(config, state["params"], batch, inputs.probe_key(config), replicated.mesh))
+    if probe_writer:
+      probe_writer.write(step, results)
+    progress.message(f"step {step} probe suite: {len(results)} probes written to TensorBoard")
+
+  hooks.add(run, config.probe.every, at_start=True)
+
+
+def profile_hook(hooks, config, workdir, resumed_at, progress):
+  """A jax.profiler trace of train steps START..STOP (train.profile_steps) under
+  `workdir/plugins/profile/`, where TensorBoard's Profile tab finds it; the loop marks each
+  step with a StepTraceAnnotation. Added after the other hooks, it starts once step START-1's
+  eval and probes are done, so the trace holds train steps only (and step 1's compile when
+  START is 1); a run resumed inside the window traces the rest of it."""
+  window = profile_window(config.train)
+  if window is None:
+    return
+  first, last = window
+  tracing = False
+
+  def begin():
+    nonlocal tracing
+    jax.profiler.start_trace(str(workdir))
+    tracing = True
+
+  def end():
+    nonlocal tracing
+    jax.profiler.stop_trace()
+    tracing = False
+    progress.message(f"profile of steps {first}..{last} written to {workdir}/plugins/profile "
+                     f"(TensorBoard: the Profile tab)")
+
+  def run(step, state):
+    if step == first - 1:
+      begin()
+    elif step == last and tracing:
+      jax.block_until_ready(state)  # the last step's device work belongs in the trace
+      end()
+
+  def final(step, state, status):
+    if tracing:  # the run stopped inside the window
+      end()
+
+  if resumed_at and first - 1 <= resumed_at < last:  # step START-1's hooks will not run again
+    begin()
+  hooks.add(run, every=1, at_start=True, at_end=final)

@@ -1,0 +1,57 @@
+"""Study A's evaluation numbers from per-sequence losses and teacher-forced predictions:
+perplexity both ways, ROUGE-1/2/L (rouge-score, stemmer on) and, when configured, BERTScore."""
+import importlib.util
+import pathlib
+
+import numpy as np
+
+from nplace.data import tokenizers
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+
+
+def perplexities(loss_B) -> dict:
+  """`perplexity`: the mean over sequences of exp(mean token CE) (the papers' number);
+  `perplexity_of_mean_loss`: exp of the mean loss. Jensen: the first is >= the second."""
+  loss_B = np.asarray(loss_B, np.float64)
+  return {"perplexity": float(np.mean(np.exp(loss_B))),
+          "perplexity_of_mean_loss": float(np.exp(np.mean(loss_B)))}
+
+
+def text_decoder(data_config):
+  """(ids -> str, what the strings are): the run's tokenizer for text sources; the synthetic
+  language has no text, so its ids become space-separated numbers."""
+  if data_config.source == "synthetic":
+    return (lambda ids: " ".join(str(int(i)) for i in ids)), "token ids"
+  tokenizer = tokenizers.make(data_config.tokenizer)
+  return tokenizer.decode, f"text ({tokenizer.name} tokenizer)"
+
+
+def rouge(predictions: list[str], targets: list[str]) -> dict:
+  """Mean ROUGE-1/2/L F-measure (0..1) of each prediction against its target."""
+  from rouge_score import rouge_scorer  # nltk's stemmer comes with it: a second of import, for ROUGE alone
+  scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
+  scores = [scorer.score(target, prediction) for prediction, target in zip(predictions, targets)]
+  return {kind: float(np.mean([s[kind].fmeasure for s in scores])) for kind in ROUGE_TYPES}
+
+
+def bertscore_unavailable(model_path: str | None) -> str | None:
+  """Why BERTScore cannot run (one line), or None when it can."""
+  if not model_path:
+    return "BERTScore off (set eval.bertscore_model to a local model directory to compute it)"
+  if not pathlib.Path(model_path).is_dir():
+    return f"BERTScore skipped: eval.bertscore_model={model_path} is not a directory (no download)"
+  if importlib.util.find_spec("bert_score") is None:
+    return (f"BERTScore skipped: the bert-score package is not installed "
+            f"(pip install 'nplace[bertscore]'); eval.bertscore_model={model_path}")
+  return None
+
+
+def bertscore(predictions: list[str], targets: list[str], model_path: str, num_layers: int | None) -> dict:
+  """Mean BERTScore precision, recall and F1 with the model at `model_path` (no download)."""
+  import bert_score  # optional: the `bertscore` extra (torch)
+  if num_layers is None:  # bert-score knows layer counts only for hub names: use the last layer
+    import transformers  # comes with bert-score
+    num_layers = transformers.AutoConfig.from_pretrained(model_path).num_hidden_layers
+  p, r, f = bert_score.score(predictions, targets, model_type=model_path, num_layers=num_layers)
+  return {"bertscore_p": float(p.mean()), "bertscore_r": float(r.mean()), "bertscore_f1": float(f.mean())}

@@ -1,0 +1,99 @@
+"""A run's summary: what `nplace train` writes to WORKDIR/summary.json when a run ends
+(completed, diverged or preempted), and what the sweep, the report, the lab and the outcomes
+read back. One field per number, each with its one-line doc; a summary file with a field
+this schema lacks, or without one it has, is an error naming the file and the field.
+"""
+import dataclasses
+import json
+
+import numpy as np
+
+COLLAPSE_MARGIN = 0.05  # nats: study B's "sits at the frequency loss" (docs/science.md)
+
+
+class SummaryError(ValueError):
+  """A summary.json that does not match the schema (or is not JSON); one line."""
+
+
+def field(doc: str, default=None, counter: bool = False, eval_name: str | None = None):
+  """A summary field. `counter`: carried over a resume (saved with every checkpoint);
+  `eval_name`: the name an evaluation result has before it is filed here."""
+  return dataclasses.field(default=default, metadata={"doc": doc, "counter": counter, "eval_name": eval_name})
+
+
+@dataclasses.dataclass
+class Summary:
+  status: str = field("completed | diverged | preempted", "completed")
+  step: int = field("the last step run", 0)
+  train_loss: float | None = field("train loss at the last step")
+  val_loss: float | None = field("validation loss at the last evaluation", eval_name="loss")
+  frequency_loss: float | None = field("the data's frequency loss: unigram cross-entropy on the validation split")
+  entropy_rate: float | None = field("the synthetic language's entropy rate (the best achievable loss); None for text")
+  tokens_per_sec: float | None = field("train tokens per second over the run, hooks included, compile excluded")
+  diverged_at: int | None = field("the step whose loss or gradient was not finite (train.on_divergence=stop)")
+  collapsed: bool | None = field(f"val_loss within {COLLAPSE_MARGIN} nats of frequency_loss")
+  val_perplexity: float | None = field("mean over sequences of exp(mean token loss)", eval_name="perplexity")
+  val_perplexity_of_mean_loss: float | None = field("exp(val_loss)", eval_name="perplexity_of_mean_loss")
+  rouge_text: str | None = field("what ROUGE compares (token ids or decoded text); None when off")
+  loss_spikes: int = field("train losses above the rolling window's z-score threshold", 0, counter=True)
+  skipped_steps: int = field("updates dropped as non-finite (train.on_divergence=skip)", 0, counter=True)
+  max_train_loss: float | None = field("highest logged train loss after warmup", counter=True)
+  min_train_loss: float | None = field("lowest train loss after warmup", counter=True)
+  max_loss_rebound: float | None = field("largest climb of the train loss above its running minimum, "
+                                         "after warmup", counter=True)
+  rouge1: float | None = field("ROUGE-1 F of the teacher-forced argmax predictions")
+  rouge2: float | None = field("ROUGE-2 F")
+  rougeL: float | None = field("ROUGE-L F")
+  bertscore_p: float | None = field("BERTScore precision (eval.bertscore_model)")
+  bertscore_r: float | None = field("BERTScore recall")
+  bertscore_f1: float | None = field("BERTScore F1")
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+  def to_json(self, indent: int | None = 2) -> str:
+    """summary.json's text (indent None: one line, as the trainer's last message)."""
+    return json.dumps(self.to_dict(), indent=indent) + ("\n" if indent else "")
+
+  @classmethod
+  def from_dict(cls, record: dict, where) -> "Summary":
+    """SummaryError naming `where` (a file) and the first field it lacks or has too many."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    if not isinstance(record, dict):
+      raise SummaryError(f"{where}: a summary must be a JSON object")
+    for name in record:
+      if name not in names:
+        raise SummaryError(f"{where}: unknown summary field {name!r}")
+    for name in names:
+      if name not in record:
+        raise SummaryError(f"{where}: summary field {name!r} is missing")
+    return cls(**record)
+
+  @classmethod
+  def read(cls, path) -> "Summary":
+    try:
+      record = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+      raise SummaryError(f"{path}: {e}") from None
+    return cls.from_dict(record, path)
+
+  def file_eval(self, results: dict) -> None:
+    """Files an evaluation's results (nplace/train/evaluation.py) under their field names."""
+    for name, value in eval_fields(results).items():
+      setattr(self, name, value)
+
+  def counters(self) -> dict:
+    """The fields carried over a resume."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["counter"]}
+
+
+def eval_fields(results: dict) -> dict:
+  """An evaluation's results (loss, perplexity, rouge1, ...) under their summary field names."""
+  names = {f.metadata["eval_name"] or f.name: f.name for f in dataclasses.fields(Summary)}
+  return {names[name]: value for name, value in results.items()}
+
+
+def collapsed(val_loss, frequency_loss, margin=COLLAPSE_MARGIN):
+  """Study B's verdict: the validation loss sits within `margin` nats of the frequency loss
+  (either side), i.e. the model predicts no better than the unigram distribution."""
+  return np.abs(np.asarray(val_loss) - np.asarray(frequency_loss)) <= margin

@@ -1,0 +1,132 @@
+"""The console script: `--help` for every command, `nplace info` (its keys and placements), and
+bad input as one line + exit code 2."""
+import importlib
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from nplace.commands import main
+from nplace.config import base_config
+from nplace.model.placements import PLACEMENTS
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GPT2 = str(ROOT / "experiments/gpt2.py")
+
+
+def run_main(capsys, *argv):
+  code = main.main(list(argv))
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+@pytest.mark.parametrize("override,key", [
+    ("--config.model.placement=bogus", "model.placement"),
+    ("--config.model.norm=batchnorm", "model.norm"),
+    ("--config.model.mix_post_fraction=1.5", "model.mix_post_fraction"),
+    ("--config.model.qk_norm=maybe", "model.qk_norm"),
+    ("--config.model.attention=linear", "model.attention"),
+    ("--config.model.init=xavier", "model.init"),
+    ("--config.model.mlp=relu", "model.mlp"),
+    ("--config.model.remat=some", "model.remat"),
+    ("--config.model.dtype=float16", "model.dtype"),
+    ("--config.model.n_head=7", "model.d_model"),
+    ("--config.model.dt=0", "model.dt"),
+    ("--config.model.dt=-0.1", "model.dt"),
+    ("--config.data.seq_len=1025", "data.seq_len"),
+    ("--config.model.loss_chunks=0", "model.loss_chunks"),
+    ("--config.model.loss_chunks=5", "model.loss_chunks"),
+    ("--config.model.head_vocab_multiple=0", "model.head_vocab_multiple"),
+    ("--config.model.n_layer=0", "model.n_layer"),
+    ("--config.model.d_model=-8", "model.d_model"),
+    ("--config.model.vocab_size=0", "model.vocab_size"),
+    ("--config.model.d_ff=0", "model.d_ff"),
+    ("--config.train.batch_size=0", "train.batch_size"),
+    ("--config.train.cpu_devices=0", "train.cpu_devices"),
+    ("--config.probe.images=some", "probe.images"),
+    ("--config.model.bogus=1", "bogus"),
+    ("--config.model.n_layer=abc", "model.n_layer"),
+])
+def test_config_errors_are_one_line(capsys, override, key):
+  code, out, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", override)
+  assert code == 2 and out == ""
+  assert err.count("\n") == 1 and key in err, err
+
+
+def test_placement_error_lists_valid_choices(capsys):
+  _, _, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", "--config.model.placement=bogus")
+  assert "placement" in err and all(p in err for p in PLACEMENTS)
+
+
+def test_info_lists_placements_and_options(capsys):
+  code, out, _ = run_main(capsys, "info", "--config", f"{GPT2}:124m", "--placements")
+  lines = out.splitlines()
+  assert code == 0 and len(lines) == 1 + len(PLACEMENTS) + 3
+  assert lines[2].split()[:2] == ["pre", "124,439,808"] and "arXiv 2002.04745" in lines[2]
+  assert [l.split()[1] for l in lines[-3:]] == ["model.qk_norm:", "model.norm=dyt:", "model.mix_post_fraction:"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["info"], "--config"),
+    (["info", "--config", "no/such/file.py"], "no/such/file.py"),
+    (["info", "--config", f"{GPT2}:999m"], "999m"),
+    (["info", "--config", f"{GPT2}:124m", "stray"], "stray"),
+    (["bogus-command"], "usage"),
+])
+def test_usage_errors_are_one_line(capsys, argv, needle):
+  code, _, err = run_main(capsys, *argv)
+  assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_console_script_info_json_and_error():
+  nplace = pathlib.Path(sys.executable).parent / "nplace"
+  done = subprocess.run([nplace, "info", "--config", f"{GPT2}:124m,peri", "--json"],
+                        capture_output=True, text=True, check=True, cwd=ROOT)
+  info = json.loads(done.stdout)
+  assert info["params"] == 124_439_808 + 4 * 768 * 12 and info["placement"] == "peri"
+  assert {"params", "flops_per_token", "state_bytes"} <= info.keys()
+  bad = subprocess.run([nplace, "info", "--config", f"{GPT2}:124m", "--config.model.placement=bogus"],
+                       capture_output=True, text=True, cwd=ROOT)
+  assert bad.returncode == 2 and "Traceback" not in bad.stderr
+  assert [l for l in bad.stderr.splitlines() if "placement" in l] == [bad.stderr.strip().splitlines()[-1]]
+
+
+def test_help_lists_every_command():
+  nplace = pathlib.Path(sys.executable).parent / "nplace"
+  done = subprocess.run([nplace, "--help"], capture_output=True, text=True, cwd=ROOT)
+  assert done.returncode == 0 and done.stderr == ""
+  listed = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("  ")}
+  assert list(listed) == list(main.COMMANDS)
+  assert all(main.COMMANDS[name] in line for name, line in listed.items())
+
+
+@pytest.mark.parametrize("name", main.COMMANDS)
+def test_every_command_answers_help_as_installed(name):
+  """`nplace CMD --help`: exit 0, the usage, and every flag the command defines with its doc."""
+  nplace = pathlib.Path(sys.executable).parent / "nplace"
+  done = subprocess.run([nplace, name, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+  assert done.returncode == 0 and done.stderr == "", done.stderr
+  assert done.stdout.startswith(f"usage: nplace {name}")
+  command = importlib.import_module(f"nplace.commands.{name}").COMMAND
+  fv = command.flag_values()
+  for flag in fv:
+    shown = f"--[no]{flag}" if fv[flag].boolean else f"--{flag}"
+    line = next((line for line in done.stdout.splitlines() if line.strip().startswith(shown + " ")), None)
+    assert line is not None and fv[flag].help.split()[0] in line, (flag, done.stdout)
+  assert ("nplace info --config FILE --keys" in done.stdout) == (command.config != "none")
+
+
+def test_info_keys_lists_every_key_with_its_value_and_doc(capsys):
+  code, out, _ = run_main(capsys, "info", "--config", f"{GPT2}:124m", "--config.model.dt=0.25",
+                          "--config.data.tfds_data_dir=gs://b/tfds", "--keys")
+  rows = {line.split()[0]: line.split(None, 2)[1:] for line in out.splitlines()}
+
+  def flat(tree, prefix=""):
+    for key, value in tree.items():
+      yield from flat(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
+  assert code == 0 and sorted(rows) == sorted(flat(base_config().to_dict()))
+  assert rows["model.dt"][0] == "0.25" and rows["model.dt"][1] == "residual step: h + dt * branch"
+  assert rows["data.tfds_data_dir"][0] == "gs://b/tfds" and rows["model.n_layer"][0] == "12"
+  assert all(len(doc.split()) >= 2 for _, doc in rows.values())

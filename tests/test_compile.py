@@ -1,0 +1,86 @@
+"""`nplace compile` as a user runs it: a tiny config on a small TPU slice (libtpu compiles it
+here, no TPU needed), the exit-3 one-liner when it does not fit, and bad topologies."""
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from nplace.runtime import chips
+
+NPLACE = pathlib.Path(sys.executable).parent / "nplace"
+TINY = ["--config", "experiments/tiny.py:peri", "--config.model.n_layer=2"]
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="libtpu not installed (pip install 'nplace[aot]')")
+
+
+def compile_cli(*args, cwd):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")  # libtpu's topologies need no TPU backend
+  return subprocess.run([NPLACE, "compile", *args], env=env, cwd=cwd, capture_output=True,
+                        text=True, timeout=600)
+
+
+@needs_libtpu
+def test_tiny_config_fits_a_v5e_slice(tmp_path):
+  # bfloat16 with probes: the spectral-norm probe once mixed float32 tangents into a bf16 model
+  done = compile_cli(*TINY, "--config.probe.every=10", "--config.model.dtype=bfloat16", "--topology",
+                     "v5litepod-4", "--batch-per-chip", "2", "--json", cwd=tmp_path)
+  assert done.returncode == 0, done.stderr
+  report = json.loads(done.stdout)
+  assert report["fits"] and report["topology"] == "v5e:2x2" and report["chips"] == 4
+  assert report["dtype"] == "bfloat16"
+  assert report["global_batch"] == 8 and report["mesh"] == {"data": 4, "fsdp": 1, "tensor": 1}
+  assert 0 < report["bytes"]["peak"] < report["hbm_bytes"] == 16 * chips.GiB
+  assert 0 < report["probe_bytes"]["peak"] < report["hbm_bytes"]
+  assert 0 < report["mfu"] < 1
+
+
+@needs_libtpu
+def test_chunked_loss_over_a_padded_head_compiles_with_fsdp(tmp_path):
+  # padding the head's table inside the loss's loop made XLA's TPU compiler fail a RET_CHECK
+  done = compile_cli(*TINY, "--config.model.vocab_size=500", "--config.model.loss_chunks=8",
+                     "--config.model.dtype=bfloat16", "--config.mesh.data=1", "--config.mesh.fsdp=-1",
+                     "--topology", "v5e:2x2", "--json", cwd=tmp_path)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert json.loads(done.stdout)["mesh"]["fsdp"] == 4
+
+
+@needs_libtpu
+def test_oversized_config_exits_3_with_one_line(tmp_path):
+  # a 2M-token vocabulary at width 2048: 4.1e9 embedding weights, 16 bytes each with Adam
+  done = compile_cli(*TINY, "--config.model.vocab_size=2000000", "--config.model.d_model=2048",
+                     "--config.mesh.data=1", "--config.mesh.fsdp=-1", "--topology", "v5e:2x2",
+                     cwd=tmp_path)
+  assert done.returncode == 3, done.stderr
+  lines = [line for line in done.stderr.splitlines() if line.startswith("does not fit")]
+  assert len(lines) == 1 and "GiB per chip; try --batch-per-chip 4" in lines[0], done.stderr
+  assert "--config.model.loss_chunks=8" in lines[0]
+  assert done.stdout == ""
+
+
+def test_unknown_topology_is_a_usage_error(tmp_path):
+  done = compile_cli(*TINY, "--topology", "v5litepod-12", cwd=tmp_path)
+  assert done.returncode == 2 and "unknown topology 'v5litepod-12'" in done.stderr
+
+
+@pytest.mark.parametrize("name,want", [("v4-8", ("v4:2x2x1", 4)), ("v5p-8", ("v5p:2x2x1", 4)),
+                                       ("v5litepod-16", ("v5e:4x4", 16)), ("v5e-64", ("v5e:8x8", 64)),
+                                       ("v6e-4", ("v6e:2x2", 4)), ("v4:2x2x4", ("v4:2x2x4", 16))])
+def test_cloud_and_libtpu_names(name, want):
+  topo = chips.resolve(name)
+  assert (topo.name, topo.chips) == want
+  assert chips.resolve(topo.cloud_name) == topo
+
+
+@needs_libtpu
+def test_tensor_axis_may_split_a_torus_axis():
+  """tensor=2 on a v5e 4x4 takes half of one physical axis (jax refuses unless allowed)."""
+  code = ("from nplace.runtime import chips, sharding; from nplace.config import base_config\n"
+          "m = base_config().mesh; m.data, m.fsdp, m.tensor = 1, 8, 2\n"
+          "print(dict(sharding.make_mesh(m, chips.resolve('v5e:4x4').devices()).shape))")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+  done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+  assert done.stdout.strip().splitlines()[-1] == "{'data': 1, 'fsdp': 8, 'tensor': 2}", done.stderr

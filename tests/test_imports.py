@@ -1,0 +1,85 @@
+"""The package's import graph, built from the source: no cycles, the library never imports
+the command line, and an import inside a function says why it is there (an optional or heavy
+dependency)."""
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "nplace"
+
+
+def module_name(path: pathlib.Path) -> str:
+  parts = path.relative_to(ROOT).with_suffix("").parts
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imported(name: str, node) -> set[str]:
+  """The nplace modules an import statement of module `name` loads (`from a import b` is
+  module a.b when that is a module, else a)."""
+  if isinstance(node, ast.Import):
+    return {alias.name for alias in node.names if alias.name in MODULES}
+  base = node.module or ""
+  if node.level:
+    package = name.split(".")[:len(name.split(".")) - node.level + (MODULES[name].name == "__init__.py")]
+    base = ".".join([*package, *([node.module] if node.module else [])])
+  found = {f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in MODULES}
+  rest = [alias for alias in node.names if f"{base}.{alias.name}" not in MODULES]
+  return found | ({base} if rest and base in MODULES else set())
+
+
+def imports(name: str):
+  """(import node, the nplace modules it loads, whether it sits inside a function) of a module."""
+  tree = ast.parse(MODULES[name].read_text())
+  local = {id(sub) for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+           for sub in ast.walk(node)}
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      yield node, imported(name, node), id(node) in local
+
+
+GRAPH = {name: set().union(*(targets for _, targets, _ in imports(name))) - {name} for name in MODULES}
+
+
+def test_the_graph_sees_the_package():
+  assert "nplace.train.loop" in GRAPH["nplace.commands.train"]
+  assert {"nplace.model.decoder", "nplace.runtime.sharding"} <= GRAPH["nplace.train.steps"]
+  assert len(MODULES) > 60
+
+
+def test_no_import_cycles():
+  state, path = {}, []
+
+  def visit(name):
+    state[name] = "open"
+    path.append(name)
+    for target in sorted(GRAPH[name]):
+      assert state.get(target) != "open", "import cycle: " + " -> ".join(path[path.index(target):] + [target])
+      if target not in state:
+        visit(target)
+    path.pop()
+    state[name] = "done"
+
+  for name in sorted(GRAPH):
+    if name not in state:
+      visit(name)
+
+
+def test_the_library_never_imports_the_commands():
+  library = [name for name in GRAPH if not name.startswith("nplace.commands")]
+  offenders = {name: sorted(t for t in GRAPH[name] if t.startswith("nplace.commands")) for name in library}
+  assert {name: targets for name, targets in offenders.items() if targets} == {}
+
+
+def test_an_import_inside_a_function_says_why():
+  """A comment on the import's line (or the line above) names the optional or heavy dependency."""
+  silent = []
+  for name, path in MODULES.items():
+    lines = path.read_text().splitlines()
+    for node, _, local in imports(name):
+      here, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
+      if local and "#" not in here and not above.startswith("#"):
+        silent.append(f"{path.relative_to(ROOT)}:{node.lineno}: {here.strip()}")
+  assert silent == []

@@ -1,0 +1,33 @@
+"""`nplace plot`: one probe of a real run and of a probe JSON file on one axis; bad input."""
+import json
+
+import pytest
+from PIL import Image
+
+from nplace.commands import main, plot as plot_command
+from nplace.logs import plots
+
+
+def test_plot_command_compares_a_run_and_a_probe_json(probe_run, tmp_path, capsys):
+  probed = tmp_path / "init.json"
+  probed.write_text(json.dumps({"similarity": [0.05, 0.2], "placement": "post", "n_layer": 2, "step": 0}))
+  out = tmp_path / "cmp.png"
+  assert main.main(["plot", str(probe_run), str(probed), "--probe", "similarity", "--out", str(out)]) == 0
+  assert Image.open(out).size == (plots.WIDTH, plots.HEIGHT)
+  fig = plot_command.figure([probe_run, probed], "similarity")
+  assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["run (step 2)", "init (step 0)"]
+  assert main.main(["plot", str(probe_run), "--probe", "loss", "--out", str(out)]) == 0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--out", "x.png"], "--probe"),
+    (["--probe", "similarity", "--out", "x.png"], "RUN_DIR"),
+    (["nowhere", "--probe", "similarity", "--out", "x.png"], "nowhere"),
+    (["{run}", "--probe", "nosuch", "--out", "x.png"], "nosuch"),
+    (["{run}", "--probe", "similarity", "--step", "7", "--out", "x.png"], "step 7"),
+])
+def test_plot_bad_input_is_one_line(probe_run, capsys, argv, needle):
+  argv = [a.format(run=probe_run) for a in argv]
+  assert main.main(["plot", *argv]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and needle in err, err

@@ -1,0 +1,69 @@
+"""The jitted train step: sharding-invariance, gradient accumulation, the non-finite guard."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from conftest import tiny_config, xla_flags
+from nplace.runtime import sharding
+from nplace.train import state as train_state, steps
+
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+def test_meshes_give_the_losses_of_one_device():
+  env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"), PYTHONPATH=str(TESTS))
+  meshes = ["1,1,1", "8,1,1", "2,4,1", "2,2,2"]
+  done = subprocess.run([sys.executable, TESTS / "mesh_losses.py", *meshes], env=env,
+                        capture_output=True, text=True, check=True)
+  losses = json.loads(done.stdout.strip().splitlines()[-1])
+  for mesh in meshes[1:]:
+    np.testing.assert_allclose(losses[mesh], losses["1,1,1"], rtol=1e-5, err_msg=mesh)
+  assert losses["1,1,1"][2] < losses["1,1,1"][0]
+
+
+def _one_device_steps(c):
+  mesh = sharding.make_mesh(c.mesh)
+  shardings = train_state.shardings(c, mesh)
+  step, _ = steps.compile_steps(c, mesh, shardings)
+  return train_state.init(c, shardings), step
+
+
+def test_grad_accumulation_equals_one_big_batch():
+  results = {}
+  for k in (1, 4):
+    c = tiny_config()
+    c.train.batch_size, c.train.grad_accum, c.optim.warmup_steps = 8, k, 0
+    c.optim.eps = 1.0  # Adam's first step is ~sign(g) otherwise, amplifying float noise where g ~ 0
+    state, step = _one_device_steps(c)
+    batch = jax.random.randint(jax.random.key(0), (8, c.data.seq_len + 1), 0, c.model.vocab_size)
+    state, m = step(state, batch)
+    results[k] = (m, state["params"])
+  np.testing.assert_allclose(results[4][0]["loss"], results[1][0]["loss"], rtol=1e-6)
+  np.testing.assert_allclose(results[4][0]["grad_norm"], results[1][0]["grad_norm"], rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(results[4][1]), jax.tree.leaves(results[1][1])):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
+
+
+def test_non_finite_step_leaves_params_and_optimizer_state():
+  c = tiny_config()
+  c.train.batch_size, c.optim.warmup_steps = 4, 0
+  state, step = _one_device_steps(c)
+  batch = jax.random.randint(jax.random.key(0), (4, c.data.seq_len + 1), 0, c.model.vocab_size)
+  state, _ = step(state, batch)
+  before = jax.tree.map(np.array, jax.device_get(state))
+  poisoned = dict(state, params=jax.tree.map(lambda p: p, state["params"]))
+  poisoned["params"]["wte"]["embedding"] = poisoned["params"]["wte"]["embedding"].at[0, 0].set(jnp.nan)
+  batch = batch.at[:, 0].set(0)  # every sequence reads the poisoned row
+  before["params"]["wte"]["embedding"][0, 0] = np.nan
+  after, m = step(poisoned, batch)
+  assert not bool(m["finite"]) and int(after["step"]) == 2
+  for a, b in zip(jax.tree.leaves(after["opt_state"]), jax.tree.leaves(before["opt_state"])):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(after["params"]["blocks"]["attn"]["q"]["kernel"],
+                                before["params"]["blocks"]["attn"]["q"]["kernel"])

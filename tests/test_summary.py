@@ -1,0 +1,48 @@
+"""summary.json's schema: written whole, read back strictly (a field too many or too few is a
+one-line error naming the file and the field), eval results filed under their names."""
+import dataclasses
+import json
+
+import pytest
+
+from nplace.train.summary import Summary, SummaryError, eval_fields
+
+
+def test_a_summary_round_trips_through_its_file(tmp_path):
+  s = Summary(status="diverged", step=7, diverged_at=7, frequency_loss=4.48, loss_spikes=2)
+  (tmp_path / "summary.json").write_text(s.to_json())
+  assert Summary.read(tmp_path / "summary.json") == s
+  assert set(json.loads(s.to_json())) == {f.name for f in dataclasses.fields(Summary)}  # every field written
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda d: d | {"val_los": 2.0}, "unknown summary field 'val_los'"),
+    (lambda d: {k: v for k, v in d.items() if k != "max_loss_rebound"}, "'max_loss_rebound' is missing"),
+    (lambda d: [d], "a JSON object"),
+])
+def test_a_file_off_the_schema_is_one_line_naming_it(tmp_path, change, needle):
+  path = tmp_path / "summary.json"
+  path.write_text(json.dumps(change(Summary().to_dict())))
+  with pytest.raises(SummaryError) as error:
+    Summary.read(path)
+  assert needle in str(error.value) and str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_not_json_is_a_summary_error(tmp_path):
+  (tmp_path / "summary.json").write_text('{"status": ')
+  with pytest.raises(SummaryError, match="summary.json"):
+    Summary.read(tmp_path / "summary.json")
+
+
+def test_eval_results_are_filed_under_their_summary_names():
+  results = {"loss": 2.5, "perplexity": 13.0, "perplexity_of_mean_loss": 12.2, "rouge1": 0.4}
+  assert eval_fields(results) == {"val_loss": 2.5, "val_perplexity": 13.0, "val_perplexity_of_mean_loss": 12.2,
+                                  "rouge1": 0.4}
+  s = Summary()
+  s.file_eval(results)
+  assert (s.val_loss, s.val_perplexity, s.rouge1, s.rouge2) == (2.5, 13.0, 0.4, None)
+
+
+def test_the_counters_are_what_a_resume_carries_over():
+  assert set(Summary().counters()) == {"loss_spikes", "skipped_steps", "max_train_loss", "min_train_loss",
+                                       "max_loss_rebound"}
