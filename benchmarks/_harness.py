@@ -1,6 +1,7 @@
 """Shared by the benchmarks (not one itself): the trainer's compiled step, a random batch, a
 median timer, the configurations the speed benchmarks run, and the flags of the scripts that
 take a --config."""
+import math
 import pathlib
 import sys
 import time
@@ -13,11 +14,12 @@ from nplace.errors import ConfigError, UsageError
 from nplace.runtime import sharding, startup
 from nplace.train import state as train_state, steps
 
-# name -> (experiment, model overrides): the CPU speed benchmarks' shapes
+# name -> (experiment, its variant, model overrides): the CPU speed benchmarks' shapes
 WORKLOADS = {
-    "tiny": ("tiny", {}),                                  # 4 x 128, T 128
-    "12x256": ("tiny", {"n_layer": 12, "d_model": 256}),   # 12 x 256, T 128
-    "deep48": ("deep48", {}),                              # 48 x 64, T 64
+    "tiny": ("tiny", None, {}),                                  # 4 x 128, T 128
+    "12x256": ("tiny", None, {"n_layer": 12, "d_model": 256}),   # 12 x 256, T 128
+    "deep48": ("deep48", None, {}),                              # 48 x 64, T 64
+    "stability": ("stability", "cpu", {}),                   # study A's CPU model: 12 x 64, T 64
 }
 
 
@@ -25,9 +27,9 @@ def workload_config(name, placement, **model_overrides):
   """The config of a WORKLOADS entry with `placement` (and more model fields) set."""
   if name not in WORKLOADS:
     raise ValueError(f"workload {name!r}: expected one of {', '.join(WORKLOADS)}")
-  preset, overrides = WORKLOADS[name]
-  config = experiment(preset, placement)
-  config.model.update(**overrides, **{k: v for k, v in model_overrides.items() if v is not None})
+  preset, variant, overrides = WORKLOADS[name]
+  config = experiment(preset, variant)
+  config.model.update(placement=placement, **overrides, **{k: v for k, v in model_overrides.items() if v is not None})
   validate(config)
   return config
 
@@ -73,3 +75,26 @@ def parse_flags(about: str, define=lambda fv: None):
   except (UsageError, ConfigError) as e:
     print(f"{script}: {e}", file=sys.stderr)
     sys.exit(2)
+
+
+def serve(conn, run):
+  """A worker process's side of a timing: warm up, size a round to the seconds the parent sends,
+  then time rounds on request (steps per second back) until it sends None."""
+  run(2)  # the first call compiles (nplace) or allocates (torch)
+  start = time.perf_counter()
+  run(2)
+  per_step = (time.perf_counter() - start) / 2
+  steps = None
+  while (msg := conn.recv()) is not None:
+    steps = steps or max(2, math.ceil(msg / per_step))
+    start = time.perf_counter()
+    run(steps)
+    conn.send(steps / (time.perf_counter() - start))
+
+
+def start_worker(ctx, target, *args):
+  """A daemon process running `target(conn, *args)` and the parent's end of its pipe."""
+  parent, child = ctx.Pipe()
+  proc = ctx.Process(target=target, args=(child, *args), daemon=True)
+  proc.start()
+  return proc, parent

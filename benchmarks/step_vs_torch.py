@@ -19,11 +19,9 @@ measured in the all-cores nplace worker in the same run.
 """
 import argparse
 import importlib.util
-import math
 import multiprocessing
 import os
 import statistics
-import time
 
 import _harness
 from nplace.errors import ConfigError
@@ -63,7 +61,7 @@ def _nplace_worker(conn, workload, placement, remat, one_core=False):
 
   conn.send({"flops_per_token": model_info(config)["flops_per_token"], "peak": None if one_core else peak(),
              "remat": config.model.remat, "devices": jax.device_count()})
-  _serve(conn, run)
+  _harness.serve(conn, run)
 
 
 def _torch_worker(conn, threads, model_cfg, optim_cfg, batch_shape):
@@ -81,28 +79,8 @@ def _torch_worker(conn, threads, model_cfg, optim_cfg, batch_shape):
       step(batch)
 
   conn.send({})
-  _serve(conn, run)
+  _harness.serve(conn, run)
 
-
-def _serve(conn, run):
-  """Warm up, size a round to `seconds`, then time rounds on request until told to stop."""
-  run(2)  # the first call compiles (nplace) or allocates (torch)
-  start = time.perf_counter()
-  run(2)
-  per_step = (time.perf_counter() - start) / 2
-  steps = None
-  while (msg := conn.recv()) is not None:
-    steps = steps or max(2, math.ceil(msg / per_step))
-    start = time.perf_counter()
-    run(steps)
-    conn.send(steps / (time.perf_counter() - start))
-
-
-def _start(ctx, target, *args):
-  parent, child = ctx.Pipe()
-  proc = ctx.Process(target=target, args=(child, *args), daemon=True)
-  proc.start()
-  return proc, parent
 
 
 def measure(workload, placement, remat, rounds, seconds):
@@ -111,9 +89,9 @@ def measure(workload, placement, remat, rounds, seconds):
   tokens = config.train.batch_size * config.data.seq_len
   ctx = multiprocessing.get_context("spawn")
   args = (config.model.to_dict(), config.optim.to_dict(), (config.train.batch_size, config.data.seq_len + 1))
-  workers = {"nplace": _start(ctx, _nplace_worker, workload, placement, remat),
-             "nplace 1 core": _start(ctx, _nplace_worker, workload, placement, remat, True)}
-  workers.update({name: _start(ctx, _torch_worker, threads, *args)
+  workers = {"nplace": _harness.start_worker(ctx, _nplace_worker, workload, placement, remat),
+             "nplace 1 core": _harness.start_worker(ctx, _nplace_worker, workload, placement, remat, True)}
+  workers.update({name: _harness.start_worker(ctx, _torch_worker, threads, *args)
                   for name, threads in CONTENDERS.items() if threads})
   info = {name: conn.recv() for name, (_, conn) in workers.items()}["nplace"]
   rates = {name: [] for name in workers}

@@ -57,6 +57,22 @@ class Runner:
 
 # ---- the steps (each one a few commands) ----
 
+def run_command(script: str, parse, commands: dict, argv: list[str]) -> int:
+  """A launcher's main: its subcommand's exit code; 2 and one line for a usage error; a
+  LaunchError's line and code; 130 on Ctrl-C (what runs remotely goes on)."""
+  try:
+    a = parse(argv)
+    code = commands[a.command][1](Runner(a.dry_run), a)
+    return code if isinstance(code, int) else 0
+  except UsageError as e:
+    print(f"{script}: {e}", file=sys.stderr)
+    return 2
+  except LaunchError as e:
+    print(f"{script}: {e}", file=sys.stderr)
+    return e.code
+  except KeyboardInterrupt:
+    return 130
+
 def compile_check(r: Runner, a):
   code = r.run([a.nplace, "compile", "--config", a.config, "--topology", a.accel.type,
                 "--batch-per-chip", str(a.batch_per_chip), *a.overrides], check=False)
@@ -110,16 +126,27 @@ def stage_data(r: Runner, s: gcloud.Slice, a, prepare: bool):
               f"gcloud storage rsync --recursive {shlex.quote(a.data)} {gcloud.CACHE}"))
 
 
-def train(r: Runner, s: gcloud.Slice, args: list[str], workdir: str) -> str | None:
-  """Runs `nplace train ARGS` on every worker until it ends; the status its summary.json gives."""
-  summary = f"{workdir}/summary.json"
-  r.run(["gcloud", "storage", "rm", summary], check=False)  # a stale one would hide a crash
-  r.run(s.ssh(gcloud.train_command(args, workdir)), check=False)  # the summary tells
-  text = r.query(["gcloud", "storage", "cat", summary], '{"status": "completed"}')
+def clear_summary(r: Runner, workdir: str):
+  """Deletes WORKDIR/summary.json before an attempt: a stale one would hide a crash."""
+  r.run(["gcloud", "storage", "rm", f"{workdir}/summary.json"], check=False)
+
+
+def summary_status(r: Runner, workdir: str, dry_result: str | None = "completed") -> str | None:
+  """The status in WORKDIR/summary.json (None: none there, or unreadable); `dry_result` in a
+  dry run."""
+  text = r.query(["gcloud", "storage", "cat", f"{workdir}/summary.json"],
+                 None if dry_result is None else json.dumps({"status": dry_result}))
   try:
     return json.loads(text)["status"] if text else None
   except (ValueError, KeyError, TypeError):
     return None
+
+
+def train(r: Runner, s: gcloud.Slice, args: list[str], workdir: str) -> str | None:
+  """Runs `nplace train ARGS` on every worker until it ends; the status its summary.json gives."""
+  clear_summary(r, workdir)
+  r.run(s.ssh(gcloud.train_command(args, workdir)), check=False)  # the summary tells
+  return summary_status(r, workdir)
 
 
 def run_to_end(r: Runner, s: gcloud.Slice, a, args: list[str], workdir: str) -> str:
@@ -148,9 +175,10 @@ def run_to_end(r: Runner, s: gcloud.Slice, a, args: list[str], workdir: str) -> 
   raise LaunchError(f"{s.name}: still not finished after {a.retries} retries")
 
 
-def on_slice(a, args: list[str]) -> list[str]:
+def on_slice(a, args: list[str], chips: int | None = None) -> list[str]:
   """`nplace train` ARGS plus what every run on a slice needs: jax.distributed on all workers,
-  and the global batch from --batch-per-chip unless ARGS set one (a sweep trial may)."""
+  and the global batch from --batch-per-chip unless ARGS set one (a sweep trial may). `chips`:
+  all the run's chips where that is more than one slice's (launch/xpk.py --num-slices)."""
   batch = [] if any(x.startswith("--config.train.batch_size=") for x in args) else [
-      f"--config.train.batch_size={a.batch_per_chip * a.accel.chips}"]
+      f"--config.train.batch_size={a.batch_per_chip * (chips or a.accel.chips)}"]
   return [*args, "--config.distributed.initialize=True", *batch]

@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 import gcloud
-from steps import (FINAL, ROOT, LaunchError, Runner, UsageError, compile_check, create,
+from steps import (FINAL, ROOT, LaunchError, Runner, UsageError, compile_check, create, run_command,
                    on_slice, run_to_end, setup, stage_data, train)
 
 
@@ -229,18 +229,7 @@ def parse(argv) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-  try:
-    a = parse(sys.argv[1:] if argv is None else argv)
-    code = COMMANDS[a.command][1](Runner(a.dry_run), a)
-    return code if isinstance(code, int) else 0
-  except UsageError as e:
-    print(f"launch/tpu.py: {e}", file=sys.stderr)
-    return 2
-  except LaunchError as e:
-    print(f"launch/tpu.py: {e}", file=sys.stderr)
-    return e.code
-  except KeyboardInterrupt:  # e.g. leaving `logs`; a slice that was up stays up
-    return 130
+  return run_command("launch/tpu.py", parse, COMMANDS, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -235,6 +235,17 @@ def keys(config) -> list[tuple[str, object, str]]:
   return out
 
 
+def flatten(tree: dict, prefix: str = "") -> dict:
+  """{"a": {"b": 1}} -> {"a.b": 1}: a config's (`config.to_dict()`) dotted keys and values."""
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      flat |= flatten(value, f"{prefix}{key}.")
+    else:
+      flat[f"{prefix}{key}"] = value
+  return flat
+
+
 def experiment_path(spec: str) -> str:
   """`FILE[:ARG]` as given when FILE exists, else with FILE = `experiments/NAME.py` (or
   `NAME.py`) taken from the installed experiments: the same names work from any directory."""

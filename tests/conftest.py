@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny model configs; a real probed training run and a TensorBoard server on it."""
+"""Shared fixtures: tiny model configs; a real probed training run and a TensorBoard server on it;
+a real Cloud Storage server (`gcs`) for the `gs://` tests."""
 import json
 import os
 import pathlib
@@ -11,6 +12,7 @@ import urllib.request
 import jax
 import pytest
 
+import gcs_server
 from nplace.runtime import cpu_split
 from nplace.config import base_config
 
@@ -40,7 +42,22 @@ def compilation_cache(tmp_path_factory):
   writing every small compile to disk costs more than the few repeats save."""
   base = tmp_path_factory.getbasetemp()
   path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax-cache"
-  os.environ.update(JAX_COMPILATION_CACHE_DIR=str(path), JAX_COMPILATION_CACHE_MAX_SIZE=str(1 << 32))
+  # Every compile, not only those over a second: at -O0 most take less, and a killed run's
+  # relaunch repeats all of them (~0.6 s a tiny run).
+  os.environ.update(JAX_COMPILATION_CACHE_DIR=str(path), JAX_COMPILATION_CACHE_MAX_SIZE=str(1 << 32),
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+
+
+# The files that take a minute or more under `make test`, longest first. xdist's loadfile hands
+# files out in collection order, so these start first and the short ones fill in at the end:
+# alphabetically one worker ended ~40 s after the other.
+LONGEST_FILES = ("test_cell.py", "test_multihost.py", "test_train.py", "test_cpu_split.py", "test_model.py",
+                 "test_workdirs.py")
+
+
+def pytest_collection_modifyitems(items):
+  rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 def tiny_config(**model_overrides):
@@ -114,3 +131,26 @@ def tensorboard_api(probe_run):
   finally:
     server.terminate()
     server.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory):
+  """A real Cloud Storage JSON API (fake-gcs-server, from the test extra's wheel) on a free
+  loopback port, for the test session; gcsfs/epath and tensorstore in this process and in
+  every subprocess started with `dict(os.environ, ...)` talk to it. `gcs.create_bucket()`
+  makes a bucket and returns its `gs://` URI and the local directory its objects land in. Skipped, with the
+  reason, where the binary is missing or cannot run on this machine."""
+  path, why = gcs_server.binary()
+  if path is None:
+    pytest.skip(why)
+  server = gcs_server.Server(tmp_path_factory.mktemp("gcs"))
+  try:
+    server.start()
+  except OSError as e:  # the binary exists but cannot execute here (another architecture, noexec)
+    pytest.skip(f"fake-gcs-server cannot run here: {e}")
+  previous = gcs_server.point_clients_here(server)
+  try:
+    yield server
+  finally:
+    gcs_server.restore(previous)
+    server.stop()

@@ -111,9 +111,10 @@ def test_every_command_answers_help_as_installed(name):
   assert done.stdout.startswith(f"usage: nplace {name}")
   command = importlib.import_module(f"nplace.commands.{name}").COMMAND
   fv = command.flag_values()
+  listed = done.stdout.split("\nflags:\n", 1)[1].splitlines()
   for flag in fv:
     shown = f"--[no]{flag}" if fv[flag].boolean else f"--{flag}"
-    line = next((line for line in done.stdout.splitlines() if line.strip().startswith(shown + " ")), None)
+    line = next((line for line in listed if line.strip().startswith(shown + " ")), None)
     assert line is not None and fv[flag].help.split()[0] in line, (flag, done.stdout)
   assert ("nplace info --config FILE --keys" in done.stdout) == (command.config != "none")
 

@@ -54,6 +54,7 @@ from nplace.model import decoder
 from nplace.probes import inputs, suite
 from nplace.runtime import cpu_split, sharding
 from nplace.train import hooks
+from nplace.train.cell import Cell, Run
 config = tiny_config()
 mesh = sharding.make_mesh(config.mesh)
 params = decoder.init(ModelConfig.of(config.model), jax.random.key(0))
@@ -74,8 +75,9 @@ def watched(config, params, batch, key, mesh=None):
 
 suite.suite = watched
 loop, config.probe.every = hooks.Hooks(), 1
-hooks.probe_hook(loop, config, types.SimpleNamespace(summary=False), types.SimpleNamespace(message=print),
-                 sharding.replicated(mesh))
+run = Run("run", config, None, writer=types.SimpleNamespace(summary=False),
+          summary=types.SimpleNamespace(status="completed"))
+hooks.probe_hook(loop, Cell([run], jax.devices()), types.SimpleNamespace(message=print))
 loop.start({"params": jax.device_put(params, sharding.replicated(mesh))})
 print(json.dumps({"options": cpu_split.compiler_options(mesh),
                   # the power iteration's [layers, 1 sequence, T, d] vectors, split by layer

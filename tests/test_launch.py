@@ -1,8 +1,10 @@
 """launch/: the exact command sequences of --dry-run (golden strings), bad input as one line
-+ exit code 2, and the resume loop run for real against a stand-in gcloud that preempts the
-first attempt (nothing here reaches Google Cloud)."""
++ exit code 2, and the resume loops run for real against a stand-in gcloud (and xpk) that
+preempts the first attempt (nothing here reaches Google Cloud or a cluster)."""
+import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -257,3 +259,166 @@ def test_gpu_recipe_dry_run():
   assert done.stdout == GOLDEN_GPU
   bad = launch("gpu.py", "--microbatch=7", "--dry-run")
   assert bad.returncode == 2 and bad.stderr == "launch/gpu.py: --microbatch 7: must divide --batch-size 64\n"
+
+
+XPK = ["--cluster=gke", "--project=p", "--zone=z", "--name=sw", "--tpu-type=v5litepod-4",
+       "--docker-image=us-docker.pkg.dev/p/nplace/nplace:1", "--config=experiments/gpt2.py:124m",
+       "--workdir=gs://b/sw", "--trials=-"]
+XPK_CREATE = ("xpk workload create --cluster=gke --project=p --zone=z --workload={0} --tpu-type=v5litepod-4 "
+              "--num-slices={1} --docker-image=us-docker.pkg.dev/p/nplace/nplace:1 {2}'--command=nplace train "
+              "--config experiments/gpt2.py:124m --workdir gs://b/sw/{3}'")
+PERI = ("--config.model.placement=peri --config.model.dt=0.1 --config.distributed.initialize=True "
+        "--config.train.batch_size={0}")
+PRE = "--config.model.placement=pre --config.train.batch_size=16 --config.distributed.initialize=True"
+
+GOLDEN_XPK_SWEEP = f"""\
+nplace compile --config experiments/gpt2.py:124m --topology v5litepod-4 --batch-per-chip 8 --config.model.dtype=bfloat16
+xpk workload list --cluster=gke --project=p --zone=z --filter-by-job=sw-
+gcloud storage cat gs://b/sw/peri_dt=0.1/summary.json
+# trial peri_dt=0.1 as workload sw-peri-dt-0-1
+gcloud storage rm gs://b/sw/peri_dt=0.1/summary.json
+{XPK_CREATE.format("sw-peri-dt-0-1", 1, "", "peri_dt=0.1 " + PERI.format(32))}
+gcloud storage cat gs://b/sw/pre_dt=1.0/summary.json
+# trial pre_dt=1.0 as workload sw-pre-dt-1-0
+gcloud storage rm gs://b/sw/pre_dt=1.0/summary.json
+{XPK_CREATE.format("sw-pre-dt-1-0", 1, "", "pre_dt=1.0 " + PRE)}
+# 2 trials; `python launch/xpk.py wait` (same options) follows them and resubmits the preempted
+"""
+
+GOLDEN_XPK_WAIT = """\
+# a trial whose summary.json then says preempted is deleted and submitted again, at most 2 more times
+xpk workload list --cluster=gke --project=p --zone=z --wait-for-job-completion=sw-peri-dt-0-1
+gcloud storage cat gs://b/sw/peri_dt=0.1/summary.json
+xpk workload list --cluster=gke --project=p --zone=z --wait-for-job-completion=sw-pre-dt-1-0
+gcloud storage cat gs://b/sw/pre_dt=1.0/summary.json
+# peri_dt=0.1\tsw-peri-dt-0-1\tcompleted
+# pre_dt=1.0\tsw-pre-dt-1-0\tcompleted
+"""
+
+GOLDEN_XPK_STATUS = """\
+xpk workload list --cluster=gke --project=p --zone=z --filter-by-job=sw-
+gcloud storage cat gs://b/sw/peri_dt=0.1/summary.json
+# peri_dt=0.1\tsw-peri-dt-0-1\tno summary.json yet
+gcloud storage cat gs://b/sw/pre_dt=1.0/summary.json
+# pre_dt=1.0\tsw-pre-dt-1-0\tno summary.json yet
+"""
+
+
+def test_xpk_sweep_dry_run_submits_one_workload_per_trial():
+  done = launch("xpk.py", "sweep", *XPK, "--dry-run", "--", "--config.model.dtype=bfloat16", stdin=TRIALS)
+  assert (done.returncode, done.stderr) == (0, "")
+  assert done.stdout == GOLDEN_XPK_SWEEP
+
+
+def test_xpk_wait_and_status_dry_runs():
+  done = launch("xpk.py", "wait", *XPK, "--retries=2", "--dry-run", stdin=TRIALS)
+  assert (done.returncode, done.stderr, done.stdout) == (0, "", GOLDEN_XPK_WAIT)
+  done = launch("xpk.py", "status", *XPK, "--dry-run", stdin=TRIALS)
+  assert (done.returncode, done.stderr, done.stdout) == (0, "", GOLDEN_XPK_STATUS)
+
+
+def test_xpk_workload_names_are_kubernetes_names_unique_per_trial():
+  """The paper grid's names (55 characters and more)."""
+  names = [f"placement=pre,dt=1,embed_norm=False,weight_decay=0.1,seed={i}" for i in range(3)]
+  stdin = "".join(f"{n}\tnplace train --config c --workdir gs://b/sw/{n}\n" for n in names)
+  done = launch("xpk.py", "sweep", *XPK, "--name=stability-paper", "--dry-run", stdin=stdin)
+  assert done.returncode == 0, done.stderr
+  workloads = re.findall(r"--workload=(\S+)", done.stdout)
+  assert len(set(workloads)) == 3 and all(re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", w) for w in workloads)
+  assert all(len(w) <= 40 and w.startswith("stability-paper-placement-pre") for w in workloads)
+  assert done.stdout.count("'--command=nplace train --config c --workdir gs://b/sw/placement=pre,") == 3
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["sweep", *XPK[:-2], "--workdir=runs/sw"], "--workdir 'runs/sw': must be a gs:// path"),
+    (["sweep", *XPK[1:]], "the following arguments are required: --cluster"),
+    (["sweep", *XPK, "--tpu-type=v5e-16"], "unknown accelerator type 'v5e-16'"),
+    (["sweep", *XPK, "--name=Stab"], "--name 'Stab'"),
+    (["sweep", *XPK, "--", "--config.train.batch_size=64"], "set the batch with --batch-per-chip"),
+])
+def test_xpk_bad_input_is_one_line_and_exit_2(argv, message):
+  done = launch("xpk.py", *argv, "--dry-run", stdin=TRIALS)
+  assert done.returncode == 2 and done.stdout == ""
+  assert done.stderr.startswith("launch/xpk.py: ") and message in done.stderr
+  assert done.stderr.count("\n") == 1
+
+
+def test_xpk_help():
+  done = launch("xpk.py", "--help")
+  assert done.returncode == 0 and "{sweep,status,wait}" in done.stdout
+  done = launch("xpk.py", "wait", "--help")
+  assert done.returncode == 0 and "--retries" in done.stdout and "--docker-image" in done.stdout
+
+
+FAKE_XPK = """\
+#!{python}
+# Stands in for xpk and gcloud (by the name it is called under): workloads and summary.json
+# files live in state.json. A workload "runs" when it is waited for: sw-peri-dt-0-1's first
+# run is preempted (its summary says so), every other run completes.
+import json, pathlib, re, shlex, sys
+here = pathlib.Path(__file__).parent
+state = json.loads((here / "state.json").read_text())
+tool, args = pathlib.Path(sys.argv[0]).name, sys.argv[1:]
+with open(here / "calls.log", "a") as f:
+  f.write(shlex.join([tool, *args]) + "\\n")
+opt = lambda name: next((a.split("=", 1)[1] for a in args if a.startswith(f"--{{name}}=")), None)
+summaries, workloads = state.setdefault("summaries", {{}}), state.setdefault("workloads", {{}})
+if tool == "gcloud" and args[1] == "cat":
+  if args[2] not in summaries: sys.exit("ERROR: not found")
+  print(json.dumps(summaries[args[2]]))
+elif tool == "gcloud" and args[1] == "rm": summaries.pop(args[2], None)
+elif args[1] == "create":
+  workdir = re.search(r"--workdir (\\S+)", opt("command")).group(1)
+  workloads[opt("workload")] = {{"workdir": workdir, "finished": False}}
+elif args[1] == "delete": workloads.pop(opt("workload"))
+elif args[1] == "list" and opt("filter-by-job"):
+  print("Jobset Name   Status"); [print(w, "   Running") for w in workloads]
+elif args[1] == "list":
+  w = workloads.get(opt("wait-for-job-completion"))
+  if w is None: sys.exit(1)
+  if not w["finished"]:
+    state["runs"] = state.get("runs", 0) + 1
+    first = opt("wait-for-job-completion") == "sw-peri-dt-0-1" and not state.get("preempted")
+    state["preempted"] = state.get("preempted") or first
+    summaries[w["workdir"] + "/summary.json"] = {{"status": "preempted" if first else "completed"}}
+    w["finished"] = True
+(here / "state.json").write_text(json.dumps(state))
+"""
+
+
+def test_xpk_sweep_then_wait_resubmits_the_preempted_trial(tmp_path):
+  """sweep skips a trial whose workload exists; wait finds the other preempted, deletes and
+  submits it again with the same command, which completes."""
+  (tmp_path / "state.json").write_text(json.dumps({"workloads": {"sw-pre-dt-1-0": {
+      "workdir": "gs://b/sw/pre_dt=1.0", "finished": False}}}))
+  for tool in ("xpk", "gcloud"):
+    (tmp_path / tool).write_text(FAKE_XPK.format(python=sys.executable))
+    (tmp_path / tool).chmod(0o755)
+  (tmp_path / "fits").write_text(f"#!/bin/sh\necho \"nplace $*\" >> {tmp_path}/calls.log\n")
+  (tmp_path / "fits").chmod(0o755)
+  env = dict(os.environ, PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+  options = [*XPK, f"--nplace={tmp_path / 'fits'}", "--num-slices=2", "--priority=high"]
+  done = launch("xpk.py", "sweep", *options, stdin=TRIALS, env=env)
+  assert done.returncode == 0, done.stderr
+  assert "# pre_dt=1.0: workload sw-pre-dt-1-0 exists: not submitted" in done.stdout
+  done = launch("xpk.py", "wait", *options, stdin=TRIALS, env=env)
+  assert done.returncode == 0, done.stdout + done.stderr
+  assert done.stdout.endswith("# peri_dt=0.1\tsw-peri-dt-0-1\tcompleted\n# pre_dt=1.0\tsw-pre-dt-1-0\tcompleted\n")
+  log = (tmp_path / "calls.log").read_text().splitlines()
+  create = XPK_CREATE.format("sw-peri-dt-0-1", 2, "--priority=high ", "peri_dt=0.1 " + PERI.format(64))
+  assert [line.split(" --")[0] if line.startswith(("nplace", "xpk workload list")) else line for line in log] == [
+      "nplace compile",
+      "xpk workload list",  # the workloads there: pre_dt=1.0's
+      "gcloud storage cat gs://b/sw/peri_dt=0.1/summary.json",  # none
+      "gcloud storage rm gs://b/sw/peri_dt=0.1/summary.json",
+      create,
+      "xpk workload list",  # wait: peri_dt=0.1 ends
+      "gcloud storage cat gs://b/sw/peri_dt=0.1/summary.json",  # preempted
+      "xpk workload delete --cluster=gke --project=p --zone=z --workload=sw-peri-dt-0-1",
+      "gcloud storage rm gs://b/sw/peri_dt=0.1/summary.json",
+      create,  # the same command: it resumes from gs://b/sw/peri_dt=0.1
+      "xpk workload list",
+      "gcloud storage cat gs://b/sw/peri_dt=0.1/summary.json",  # completed
+      "xpk workload list",  # pre_dt=1.0 ends
+      "gcloud storage cat gs://b/sw/pre_dt=1.0/summary.json",
+  ]

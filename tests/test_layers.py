@@ -10,7 +10,7 @@ import pytest
 from jax.ad_checkpoint import print_saved_residuals
 
 from nplace.config import ModelConfig
-from nplace.model import decoder, layers
+from nplace.model import layers
 import reference
 
 

@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nplace.config import ModelConfig
 from nplace.model import decoder
 from nplace.train import state as train_state, steps
 from nplace.data import synthetic

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from nplace.config import ModelConfig, base_config
+from nplace.config import base_config
 from nplace.model import decoder
 from nplace.train import optim
 from conftest import tiny_config

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from nplace.config import ModelConfig
 from nplace.model.block import Block
-from nplace.probes import suite, taps as taps_lib, theory
+from nplace.probes import taps as taps_lib, theory
 from conftest import tiny_config
 from nplace.studies.lab.checks import scale_outputs
 from test_model import layer

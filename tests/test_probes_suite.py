@@ -11,9 +11,9 @@ from PIL import Image
 from tensorboard.backend.event_processing import event_accumulator
 
 from nplace.commands import main
-from nplace.logs import events, plots
+from nplace.logs import plots
 from nplace.logs.writer import Writer
-from nplace.probes import catalog, figures, history, summaries
+from nplace.probes import catalog, history, summaries
 from conftest import tiny_config
 
 TINY = str(pathlib.Path(__file__).resolve().parent.parent / "experiments/tiny.py")

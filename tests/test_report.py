@@ -12,7 +12,6 @@ import sys
 import numpy as np
 import pytest
 import tensorboardX
-from absl import flags
 
 from nplace.commands import main, train as train_command
 from nplace.studies import fits, outcomes

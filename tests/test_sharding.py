@@ -13,7 +13,7 @@ from nplace.config import base_config
 from nplace.errors import ConfigError
 from nplace.model import layers
 from nplace.runtime import sharding
-from nplace.train import state as train_state, steps
+from nplace.train import state as train_state
 from conftest import tiny_config, xla_flags
 
 TESTS = pathlib.Path(__file__).resolve().parent

@@ -1,10 +1,10 @@
 """`nplace train` end to end, in subprocesses as a user runs it: resume after SIGKILL and
-SIGTERM, divergence, multi-process, TensorBoard event files and the TensorBoard server."""
+SIGTERM, divergence, TensorBoard event files and the TensorBoard server (two processes:
+tests/test_multihost.py)."""
 import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-from conftest import xla_flags
+from conftest import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
@@ -158,34 +158,9 @@ def test_huge_learning_rate_diverges_and_keeps_a_checkpoint(tmp_path, env):
   assert step <= s["step"] and all(np.isfinite(x).all() for x in jax.tree.leaves(params))
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def test_two_processes_match_one_process(tmp_path, env):
-  # The last step is a checkpoint step and no eval step: the final eval must still run.
-  common = ["--config.train.steps=3", "--config.checkpoint.every=3"]
-  one = dict(env, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"))
-  run(tmp_path / "single", *common, env=one)
-  four = dict(env, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"))
-  port = _free_port()
-  procs = [start(tmp_path / "multi", *common, "--config.distributed.initialize=True",
-                 f"--config.distributed.coordinator_address=127.0.0.1:{port}",
-                 "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}", env=four)
-           for i in range(2)]
-  outs = [p.communicate(timeout=600)[0] for p in procs]
-  assert [p.returncode for p in procs] == [0, 0], outs
-  single, multi = scalars(tmp_path / "single", "train/loss"), scalars(tmp_path / "multi", "train/loss")
-  assert sorted(multi) == [1, 2, 3]
-  assert sorted(scalars(tmp_path / "single", "eval/loss")) == [0, 3]
-  np.testing.assert_allclose([multi[s] for s in (1, 2, 3)], [single[s] for s in (1, 2, 3)], rtol=1e-5)
-
-
 @pytest.mark.slow
 def test_tensorboard_server_serves_the_scalars(reference):
-  port = _free_port()
+  port = free_port()
   server = subprocess.Popen([pathlib.Path(sys.executable).parent / "tensorboard", "--logdir", str(reference),
                              "--host", "127.0.0.1", "--port", str(port), "--load_fast=false"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -21,15 +21,19 @@ def _define(fv):
                       flag_values=fv)
   flags.DEFINE_integer("batch_per_chip", 8, "sequences per chip per step (sets train.batch_size); "
                        "also spelled --batch-per-chip", flag_values=fv)
+  flags.DEFINE_integer("trials", None, "check a cell of this many runs trained as one program (nplace sweep "
+                       "--batch): the per-chip memory of its stacked states", lower_bound=2, flag_values=fv)
   flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
 
 
-COMMAND = Command("nplace compile --config FILE[:ARG] --topology NAME [--batch-per-chip N] [--json]", __doc__, _define)
+COMMAND = Command("nplace compile --config FILE[:ARG] --topology NAME [--batch-per-chip N] [--trials K] [--json]",
+                  __doc__, _define)
 
 
 def _text(r: dict) -> str:
   gib = lambda b: f"{b / GiB:.2f} GiB"
-  lines = [f"{r['cloud_name']} ({r['topology']}, {r['chips']} chips), mesh {r['mesh']}, "
+  cell = f", a cell of {r['trials']} runs" if r["trials"] > 1 else ""
+  lines = [f"{r['cloud_name']} ({r['topology']}, {r['chips']} chips){cell}, mesh {r['mesh']}, "
            f"{r['batch_per_chip']} x {r['seq_len']} tokens per chip, {r['dtype']}, remat {r['remat']}",
            f"train step per chip: peak {gib(r['bytes']['peak'])} of {gib(r['hbm_bytes'])} "
            f"(arguments {gib(r['bytes']['arguments'])}, outputs {gib(r['bytes']['outputs'])}, "
@@ -64,7 +68,7 @@ def main(argv):
   jax.config.update("jax_platforms", "cpu")
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   try:
-    report = check(fv.config, fv.topology, fv.batch_per_chip)
+    report = check(fv.config, fv.topology, fv.batch_per_chip, trials=fv.trials)
   except DoesNotFit as e:
     print(e, file=sys.stderr)
     sys.exit(3)

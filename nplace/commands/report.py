@@ -2,9 +2,8 @@
 what it holds (a study's grid, a learning-rate scan, or plain runs): failure tables, loss
 curves against the frequency-loss and entropy-rate lines, probe heatmaps and fits, and the
 command behind every run."""
-import pathlib
-
 from absl import flags
+from etils import epath
 
 from nplace.commands.flags import Command
 from nplace.errors import UsageError
@@ -25,7 +24,7 @@ def main(argv):
   if not fv.out:
     raise UsageError("--out is required")
   for d in dirs:
-    if not pathlib.Path(d).is_dir():
+    if not epath.Path(d).is_dir():
       raise UsageError(f"no such directory {d!r}")
   try:
     path = build.write(dirs, fv.out)

@@ -1,12 +1,16 @@
-"""Runs an experiment grid: the experiment file's get_sweep(ARG) expanded into trials, run one
-after another in this process, each in DIR/<trial>/ with its own summary and event files.
-Rerunning the same command skips finished trials and resumes an interrupted one; a trial that
-fails is recorded and the sweep goes on. DIR/sweep.json holds every trial's status and
-summary. --list prints each trial's `nplace train` command instead (one per pod worker)."""
-import pathlib
+"""Runs an experiment grid: the experiment file's get_sweep(ARG) expanded into trials, run in
+this process, each in DIR/<trial>/ with its own summary, event files and checkpoints. With
+--batch K, trials that differ only in the seed, optim.lr, optim.weight_decay, optim.b1, optim.b2,
+optim.eps, optim.min_lr_ratio and model.dt train K at a time as one compiled program (a cell),
+each still its own run; --batch 1 runs them one after another. Rerunning the same command skips
+finished trials and resumes interrupted ones; a trial (or cell) that fails is recorded and the
+sweep goes on. DIR/sweep.json holds every trial's status and summary. --list prints the command
+of each trial (`nplace train`) or cell (`nplace sweep --cell N`) instead, one per pod worker."""
 import re
+import shlex
 
 from absl import flags
+from etils import epath
 
 from nplace.commands.flags import Command
 from nplace.errors import UsageError
@@ -18,12 +22,15 @@ def _define(fv):
   flags.DEFINE_string("workdir", None, "sweep directory: one subdirectory per trial, and sweep.json (required)",
                       flag_values=fv)
   flags.DEFINE_string("only", None, "run only the trials whose name matches this regex", flag_values=fv)
-  flags.DEFINE_bool("list", False, "print each trial's name and `nplace train` command; run nothing",
+  flags.DEFINE_bool("list", False, "print each trial's (or cell's) name and command; run nothing",
                     flag_values=fv)
+  flags.DEFINE_integer("batch", 1, "train up to this many trials that can share a program as one cell",
+                       lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("cell", None, "run only this cell (as --list numbers them)", lower_bound=0, flag_values=fv)
 
 
-COMMAND = Command("nplace sweep --config FILE[:ARG] --workdir DIR [--only REGEX] [--list] [--config.KEY=VALUE ...]",
-                  __doc__, _define)
+COMMAND = Command("nplace sweep --config FILE[:ARG] --workdir DIR [--batch K [--cell N]] [--only REGEX] [--list] "
+                  "[--config.KEY=VALUE ...]", __doc__, _define)
 
 
 def config_args(argv) -> tuple[str, list[str]]:
@@ -44,7 +51,7 @@ def main(argv):
   if not fv.workdir:
     raise UsageError("--workdir is required")
   spec, cli_overrides = config_args(argv)
-  workdir = pathlib.Path(fv.workdir)
+  workdir = epath.Path(fv.workdir)  # a local path as given (the listed commands keep it), or a bucket's
   try:
     trials = grid.expand(spec, fv.config, cli_overrides, workdir)
     only = re.compile(fv.only) if fv.only else None
@@ -55,9 +62,18 @@ def main(argv):
   selected = [i for i, t in enumerate(trials) if only is None or only.search(t.name)]
   if not selected:
     raise UsageError(f"--only {fv.only!r} matches none of the {len(trials)} trials")
+  groups = sweep.cells(trials, selected, fv.batch)
+  numbers = range(len(groups))
+  if fv.cell is not None:
+    if fv.cell >= len(groups):
+      raise UsageError(f"--cell {fv.cell}: --batch {fv.batch} makes {len(groups)} cells (0..{len(groups) - 1})")
+    groups, numbers = [groups[fv.cell]], [fv.cell]
   if fv.list:
-    for i in selected:
-      print(f"{trials[i].name}\t{trials[i].command}")
+    for n, cell in zip(numbers, groups):
+      if fv.batch == 1:
+        print(f"{trials[cell[0]].name}\t{trials[cell[0]].command}")
+      else:
+        print(f"cell-{n:03d}\t{_cell_command(argv, n)}")
     return
   workdir.mkdir(parents=True, exist_ok=True)
   try:
@@ -65,4 +81,13 @@ def main(argv):
   except SummaryError as e:
     raise UsageError(str(e)) from None
   sweep.write_record(workdir / "sweep.json", record)
-  sweep.run(trials, workdir, record, selected)
+  sweep.run(trials, workdir, record, groups)
+
+
+def _cell_command(argv, n: int) -> str:
+  """This command line, running cell `n` instead of listing: what a pod worker runs."""
+  args = [a for a in argv if a not in ("--list", "--nolist")]
+  if "--cell" in args:
+    del args[args.index("--cell"):args.index("--cell") + 2]
+  args = [a for a in args if not a.startswith("--cell=")]
+  return shlex.join(["nplace", "sweep", *args, f"--cell={n}"])

@@ -3,18 +3,17 @@
 A resumed run writes a new event file that opens with a session START at its first step;
 as TensorBoard does, everything an earlier file recorded from that step on is dropped.
 """
-import pathlib
-
 import numpy as np
+from etils import epath
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.compat.proto import event_pb2
 from tensorboard.util import tensor_util
 
 
-def event_files(run_dir) -> list[pathlib.Path]:
+def event_files(run_dir) -> list[epath.Path]:
   """The run's event files, oldest first (tensorboardX names them by the second they were
   opened in, so the name sorts by time)."""
-  return sorted(pathlib.Path(run_dir).glob("events.out.tfevents.*"))
+  return sorted(epath.Path(run_dir).glob("events.out.tfevents.*"))
 
 
 def _scalar(value) -> float | None:

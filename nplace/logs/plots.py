@@ -11,7 +11,7 @@ import functools
 
 import matplotlib
 import numpy as np
-from matplotlib import colors, ticker
+from matplotlib import ticker
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 

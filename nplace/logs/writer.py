@@ -88,10 +88,10 @@ class Writer:
       self.summary.add_text(tag, text, 0)
 
   def sync(self):
-    """A bucket workdir gets everything written so far: the event file is closed (tensorboardX's
-    flush leaves queued events unwritten) and uploaded; the next write opens the next one.
-    Locally a no-op."""
-    if not (self.events and self.events.remote):
+    """Everything written so far reaches the workdir (with each checkpoint: a run killed after it
+    keeps every step it logged): the event file is closed (tensorboardX's flush leaves queued
+    events unwritten) and, for a bucket, uploaded; the next write opens the next file."""
+    if not self.events:
       return
     self._finish_later()
     if self._summary:

@@ -11,7 +11,7 @@ from nplace.model.placements import AFTER, BEFORE, IN, OUT, PLACEMENTS, POST, Su
 from nplace.runtime.sharding import constrain
 
 
-def _sublayer(mdl, h_BTD, l, branch: str, form: Sublayer):
+def _sublayer(mdl, h_BTD, l, dt, branch: str, form: Sublayer):
   """One sublayer of the formula above; submodules named so both forms of mix share them."""
   cfg = mdl.cfg
   p, L = PLACEMENTS[cfg.placement], cfg.n_layer
@@ -27,24 +27,27 @@ def _sublayer(mdl, h_BTD, l, branch: str, form: Sublayer):
   y_BTD = norm[OUT](F(norm[IN](h_BTD) * jnp.asarray(p.in_scale(l, L), h_BTD.dtype)))
   if p.rezero:
     y_BTD = y_BTD * mdl.param(f"{branch}_alpha", nn.with_logical_partitioning(nn.initializers.zeros_init(), ()), ())
-  return norm[AFTER](jnp.asarray(p.residual(l, L), h_BTD.dtype) * h_BTD + cfg.dt * y_BTD)
+  dt = cfg.dt if dt is None else dt.astype(h_BTD.dtype)
+  return norm[AFTER](jnp.asarray(p.residual(l, L), h_BTD.dtype) * h_BTD + dt * y_BTD)
 
 
 class Block(nn.Module):
-  """One layer, l = 1..L (a scanned input): attention then MLP, as the placement declares."""
+  """One layer, l = 1..L (a scanned input): attention then MLP, as the placement declares. `dt`,
+  when given, is the residual step as an array (batched trials each train their own);
+  otherwise cfg.dt."""
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, h_BTD, l):
+  def __call__(self, h_BTD, l, dt=None):
     p = PLACEMENTS[self.cfg.placement]
     h_BTD = constrain(h_BTD, RESIDUAL)
     for branch in ("attn", "mlp"):
       form = getattr(p, branch)
       if p.post_layers is None:
-        h_BTD = _sublayer(self, h_BTD, l, branch, form)
+        h_BTD = _sublayer(self, h_BTD, l, dt, branch, form)
       else:  # one stack, a per-layer switch (lax.cond: only the taken form runs)
         post, rest = (functools.partial(_sublayer, branch=branch, form=f) for f in (POST, form))
-        h_BTD = nn.cond(l <= p.post_layers(self.cfg), post, rest, self, h_BTD, l)
+        h_BTD = nn.cond(l <= p.post_layers(self.cfg), post, rest, self, h_BTD, l, dt)
     h_BTD = self.perturb("h", constrain(h_BTD, RESIDUAL))
     self.sow("intermediates", "h", h_BTD)
     return h_BTD, None

@@ -40,8 +40,9 @@ class Decoder(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens_BT, head=True):
-    """Logits [B, T, vocab] in float32; with head=False the hidden state the head reads."""
+  def __call__(self, tokens_BT, head=True, dt=None):
+    """Logits [B, T, vocab] in float32; with head=False the hidden state the head reads. `dt`:
+    the residual step as a scalar array (see Block), else cfg.dt."""
     cfg = self.cfg
     embed_init = nn.initializers.normal(embed_std(cfg))
     wte = nn.Embed(cfg.vocab_size, cfg.d_model, name="wte", dtype=cfg.dtype,
@@ -55,7 +56,8 @@ class Decoder(nn.Module):
     h_BTD = self.perturb("h0", h_BTD)
     self.sow("intermediates", "h0", h_BTD)  # the probes' layer 0 (per-block Jacobians start here)
     # The layer index l = 1..L is a scanned input: layer-dependent rules (lns, mix) read it.
-    h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, jnp.arange(1, cfg.n_layer + 1))
+    dt_L = None if dt is None else jnp.broadcast_to(dt, (cfg.n_layer,))
+    h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, jnp.arange(1, cfg.n_layer + 1), dt_L)
     if PLACEMENTS[cfg.placement].final_norm:
       h_BTD = Norm(cfg, name="final_norm")(h_BTD)
     return lm_head(cfg, head_table(cfg, wte.embedding), h_BTD) if head else h_BTD
@@ -115,12 +117,12 @@ def cross_entropy(logits_BTV, targets_BT):
   return optax.softmax_cross_entropy_with_integer_labels(logits_BTV, targets_BT).mean()
 
 
-def loss(cfg, params, batch_BT1):
+def loss(cfg, params, batch_BT1, dt=None):
   """Loss on a `[B, T+1]` window: inputs are the first T tokens, targets the last T."""
   inputs_BT, targets_BT = batch_BT1[:, :-1], batch_BT1[:, 1:]
   if cfg.loss_chunks == 1:
-    return cross_entropy(apply(cfg, params, inputs_BT), targets_BT)
-  h_BTD = apply(cfg, params, inputs_BT, head=False)
+    return cross_entropy(apply(cfg, params, inputs_BT, dt=dt), targets_BT)
+  h_BTD = apply(cfg, params, inputs_BT, head=False, dt=dt)
   return chunked_cross_entropy(cfg, params["wte"]["embedding"], h_BTD, targets_BT)
 
 

@@ -1,7 +1,9 @@
 """The device mesh and how parameters, batches and activations are laid out on it.
 
 Parameters and activations carry logical axis names (see nplace/model/layers.py);
-`config.mesh.rules` maps them to the mesh axes `data`, `fsdp`, `tensor`.
+`config.mesh.rules` maps them to the mesh axes `data`, `fsdp`, `tensor`. A cell of runs trained
+together (nplace/train/steps.py) adds a leading `trial` axis: each run's arrays stacked on it,
+laid over that mesh axis, which no collective crosses.
 """
 import contextlib
 import contextvars
@@ -16,6 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from nplace.errors import ConfigError
 
 AXES = ("data", "fsdp", "tensor")
+TRIAL = "trial"
 
 
 def mesh_shape(mesh_config, n_devices: int) -> tuple[int, ...]:
@@ -31,14 +34,33 @@ def mesh_shape(mesh_config, n_devices: int) -> tuple[int, ...]:
   return tuple(sizes)
 
 
-def make_mesh(mesh_config, devices=None) -> Mesh:
-  """The (data, fsdp, tensor) mesh, laid out on the TPU torus by jax's mesh builder.
-  Split physical axes are allowed: e.g. tensor=2 on a v5e 4x4 takes half of one torus axis."""
+def trial_ways(mesh_config, n_devices: int, trials: int) -> int:
+  """Devices a cell of `trials` runs spreads its runs over: the most that divide the runs and
+  leave devices the (data, fsdp, tensor) axes tile (each group of them trains its own runs)."""
+  for ways in range(min(trials, n_devices), 0, -1):
+    if trials % ways == 0 and n_devices % ways == 0:
+      try:
+        mesh_shape(mesh_config, n_devices // ways)
+        return ways
+      except ConfigError:
+        continue
+  mesh_shape(mesh_config, n_devices)  # the ConfigError of the plain mesh
+  return 1
+
+
+def make_mesh(mesh_config, devices=None, trials: int | None = None) -> Mesh:
+  """The (data, fsdp, tensor) mesh, laid out on the TPU torus by jax's mesh builder; for a cell
+  of `trials` runs, (trial, data, fsdp, tensor). Split physical axes are allowed: e.g.
+  tensor=2 on a v5e 4x4 takes half of one torus axis."""
   devices = jax.devices() if devices is None else devices
-  shape = mesh_shape(mesh_config, len(devices))
+  if trials is None:
+    shape, names = mesh_shape(mesh_config, len(devices)), AXES
+  else:
+    ways = trial_ways(mesh_config, len(devices), trials)
+    shape, names = (ways, *mesh_shape(mesh_config, len(devices) // ways)), (TRIAL, *AXES)
   if devices[0].platform != "tpu":
-    return Mesh(np.asarray(devices).reshape(shape), AXES)
-  return Mesh(mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True), AXES)
+    return Mesh(np.asarray(devices).reshape(shape), names)
+  return Mesh(mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True), names)
 
 
 def rules(mesh_config) -> tuple:
@@ -126,11 +148,16 @@ def under_layout(fn, mesh: Mesh, mesh_config):
   return call
 
 
-def logical_to_shardings(abstract_boxed, mesh: Mesh, mesh_config):
-  """NamedShardings for a pytree whose leaves are `nn.LogicallyPartitioned` (or plain: replicated)."""
+def logical_to_shardings(abstract_boxed, mesh: Mesh, mesh_config, trials: int | None = None):
+  """NamedShardings for a pytree whose leaves are `nn.LogicallyPartitioned` (or plain: replicated);
+  with `trials`, for that many copies stacked on a leading axis laid over the `trial` axis."""
   specs = nn.get_partition_spec(abstract_boxed)
   shardings = nn.logical_to_mesh_sharding(specs, mesh, rules(mesh_config))
-  check_divisible(nn.unbox(abstract_boxed), shardings)
+  abstract = nn.unbox(abstract_boxed)
+  if trials is not None:
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, PartitionSpec(TRIAL, *s.spec)), shardings)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((trials, *x.shape), x.dtype), abstract)
+  check_divisible(abstract, shardings)
   return shardings
 
 
@@ -157,10 +184,16 @@ def check_batch(sizes, config) -> None:
                       f"(mesh {dict(sizes)})")
 
 
-def batch_sharding(mesh: Mesh, mesh_config) -> NamedSharding:
-  """Batch rows split over the `batch` rule's mesh axes, sequence replicated."""
+def batch_sharding(mesh: Mesh, mesh_config, trials: bool = False) -> NamedSharding:
+  """Batch rows split over the `batch` rule's mesh axes, sequence replicated; with `trials`,
+  a cell's batches stacked on a leading axis over the `trial` axis."""
   batch_axes = dict(rules(mesh_config)).get("batch")
-  return NamedSharding(mesh, PartitionSpec(batch_axes, None))
+  return NamedSharding(mesh, PartitionSpec(*((TRIAL,) if trials else ()), batch_axes, None))
+
+
+def trial_sharding(mesh: Mesh) -> NamedSharding:
+  """One value per run of a cell, over the `trial` axis."""
+  return NamedSharding(mesh, PartitionSpec(TRIAL))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -4,11 +4,29 @@ Orbax writes checkpoints to either (tensorstore for arrays, epath for metadata);
 JSON files go through epath here. TensorBoard event files are appended to many times a
 second, which object stores do not support: for a bucket workdir they are written to a local
 staging directory and copied up (`EventSync.push`) at each checkpoint and at the end.
+`check_writable` turns a missing or read-only workdir (a bucket that does not exist, no write
+permission) into one line before anything is built.
 """
+import os
 import shutil
+import socket
 import tempfile
 
 from etils import epath
+
+from nplace.errors import UsageError
+
+# gcsfs (epath's way to gs://) serves every filesystem through its "experimental"
+# ExtendedGcsFileSystem unless this is false. That class asks the Storage Control API (gRPC)
+# whether the bucket is zonal or has a hierarchical namespace before nearly every call (open,
+# list, copy, move, delete) and does not cache a failed answer: wherever that API cannot
+# answer (no credentials for it, an account not allowed to read the bucket's layout, an
+# emulator) every call repeats the request and logs "Could not determine bucket type ...
+# falling back to GCSFileSystem". nplace uses neither kind of bucket's extras (orbax writes
+# arrays through tensorstore's own client), and the plain GCSFileSystem it falls back to is
+# what serves it anyway. gcsfs reads this at import, before the first gs:// path is opened;
+# a value the user set wins.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 
 def resolve(workdir) -> epath.Path:
@@ -22,10 +40,43 @@ def is_remote(path) -> bool:
 
 
 def write_atomic(path: epath.Path, text: str) -> None:
-  """Readers never see half a file (a rename locally, a single object upload in a bucket)."""
+  """Readers never see half a file: locally a rename; in a bucket one object upload, which is
+  atomic by itself (readers see the old object until the new one is complete), where a
+  temporary object and a rename would be a copy and a delete more."""
+  if is_remote(path):
+    path.write_text(text)
+    return
   tmp = path.parent / (path.name + ".tmp")
   tmp.write_text(text)
   tmp.replace(path)
+
+
+def check_writable(workdir: epath.Path) -> None:
+  """UsageError (one line naming the workdir) unless a run can write there: in a bucket, a
+  small object is written and deleted (no such bucket, no permission, no gcsfs all fail
+  here, not at the first checkpoint); locally, the nearest existing directory must be
+  writable. Creates nothing that stays."""
+  if is_remote(workdir):
+    probe = workdir / f".nplace-write-check.{socket.gethostname()}.{os.getpid()}"
+    try:
+      probe.write_text("")
+      probe.unlink()
+    except FileNotFoundError:  # an object needs no parent directory: the bucket is not there
+      bucket = str(workdir).split("://", 1)[1].split("/", 1)[0]
+      raise UsageError(f"--workdir {workdir}: the bucket {bucket!r} does not exist") from None
+    except Exception as e:  # PermissionError, gcsfs's HttpError, ImportError (no gcsfs), ...
+      raise UsageError(f"--workdir {workdir}: cannot write there ({_one_line(e)})") from None
+    return
+  existing = next(p for p in (workdir, *workdir.parents) if p.exists())
+  if not existing.is_dir():
+    raise UsageError(f"--workdir {workdir}: {existing} is a file, not a directory")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise UsageError(f"--workdir {workdir}: cannot write there ({existing} is not writable)")
+
+
+def _one_line(e: Exception) -> str:
+  text = str(e).strip()
+  return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
 
 
 class EventSync:

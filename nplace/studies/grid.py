@@ -78,7 +78,7 @@ def _flag(key: str, value) -> str:
 
 
 def expand(config_spec: str, base: ml_collections.ConfigDict, cli_overrides: list[str],
-           workdir: pathlib.Path) -> list[Trial]:
+           workdir) -> list[Trial]:
   """Every trial of the grid, validated (GridError or ConfigError naming the trial) before
   any runs. `base` is the config file's config with `cli_overrides` already applied."""
   trials, seen = [], {}

@@ -1,30 +1,33 @@
-"""A grid's trials (nplace/studies/grid.py) run one after another in this process, each in
-DIR/<trial>/ (`nplace sweep`). Finished trials (completed, diverged) are skipped on a rerun, an
-interrupted one resumes from its checkpoint, a failing one is recorded and the sweep goes on;
-DIR/sweep.json is rewritten atomically after every trial."""
+"""A grid's trials (nplace/studies/grid.py) run in this process (`nplace sweep`), each in
+DIR/<trial>/: one after another, or in cells of up to K trials that one program trains together
+(`--batch K`: trials whose configs differ only in nplace.train.cell.FREE). Finished trials
+(completed, diverged) are skipped on a rerun, an interrupted one resumes from its checkpoint, a
+failing one is recorded and the sweep goes on; DIR/sweep.json is rewritten atomically after
+every trial or cell."""
 import json
-import pathlib
 import sys
 import time
 
 import jax
+from etils import epath
 
 from nplace.logs.progress import duration
 from nplace.runtime import workdirs
-from nplace.train.loop import train
+from nplace.train.cell import program
+from nplace.train.loop import train_cell
 from nplace.train.summary import Summary
 
 FINISHED = ("completed", "diverged")
 
 
-def trial_summary(workdir: pathlib.Path) -> Summary | None:
+def trial_summary(workdir: epath.Path) -> Summary | None:
   """The trial's summary.json (written when a run ends: finished or preempted), if any;
   SummaryError when it does not read as one."""
   path = workdir / "summary.json"
   return Summary.read(path) if path.exists() else None
 
 
-def new_record(spec: str, cli_overrides: list[str], trials, workdir: pathlib.Path) -> dict:
+def new_record(spec: str, cli_overrides: list[str], trials, workdir: epath.Path) -> dict:
   """sweep.json's content for `trials`: each one's status read from its summary, if it has one."""
   entries = []
   for t in trials:
@@ -35,7 +38,7 @@ def new_record(spec: str, cli_overrides: list[str], trials, workdir: pathlib.Pat
   return {"config": spec, "overrides": cli_overrides, "trials": entries}
 
 
-def write_record(path: pathlib.Path, record: dict) -> None:
+def write_record(path: epath.Path, record: dict) -> None:
   """Atomically: a reader (or a killed sweep) never sees half a file."""
   workdirs.write_atomic(path, json.dumps(record, indent=1) + "\n")
 
@@ -54,30 +57,51 @@ def _one_line(error: Exception) -> str:
   return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
-def run(trials, workdir: pathlib.Path, record: dict, selected: list[int]) -> dict:
-  """Runs the selected trials not yet finished; returns the final record."""
+def cells(trials, selected: list[int], batch: int) -> list[list[int]]:
+  """The selected trials (indices) in cells of up to `batch` trials that can share a program,
+  in grid order (a cell fills before the next of its kind opens); batch 1: one trial each."""
+  open_cells, out = {}, []
+  for i in selected:
+    key = json.dumps(program(trials[i].config), sort_keys=True, default=str)
+    cell = open_cells.get(key)
+    if cell is None or len(cell) == batch:
+      cell = open_cells[key] = []
+      out.append(cell)
+    cell.append(i)
+  return out
+
+
+def run(trials, workdir: epath.Path, record: dict, groups: list[list[int]]) -> dict:
+  """Runs the trials of `groups` (cells of trial indices) not yet finished, a cell at a time;
+  returns the final record."""
   path, entries, wall_times = workdir / "sweep.json", record["trials"], []
-  todo = [i for i in selected if entries[i]["status"] not in FINISHED]
-  print(f"sweep: {len(selected)} trials, {len(selected) - len(todo)} already finished; record in {path}\n"
-        f"  tensorboard --logdir {workdir}", flush=True)
-  for k, i in enumerate(todo):
-    trial, entry = trials[i], entries[i]
-    entry.update(status="running", error=None)
+  selected = [i for cell in groups for i in cell]
+  todo = [c for c in ([i for i in cell if entries[i]["status"] not in FINISHED] for cell in groups) if c]
+  cells_note = f" in {len(todo)} cells" if any(len(c) > 1 for c in todo) else ""
+  print(f"sweep: {len(selected)} trials, {len(selected) - sum(map(len, todo))} already finished{cells_note}; "
+        f"record in {path}\n  tensorboard --logdir {workdir}", flush=True)
+  for k, cell in enumerate(todo):
+    names = ", ".join(trials[i].name for i in cell)
+    label = "trial" if len(cell) == 1 else f"cell of {len(cell)} trials"
+    for i in cell:
+      entries[i].update(status="running", error=None)
     write_record(path, record)
-    print(f"== sweep trial {k + 1}/{len(todo)}: {trial.name}", flush=True)
+    print(f"== sweep {label} {k + 1}/{len(todo)}: {names}", flush=True)
     start = time.perf_counter()
     try:
-      summary = train(trial.config, workdir / trial.name)
-      entry.update(status=summary.status, summary=summary.to_dict())
-    except Exception as e:  # one trial's failure must not end the grid
-      entry.update(status="failed", error=_one_line(e))
-      print(f"sweep: trial {trial.name} failed: {entry['error']}", file=sys.stderr, flush=True)
-    wall_times.append(time.perf_counter() - start)
+      summaries = train_cell({trials[i].name: trials[i].config for i in cell},
+                             {trials[i].name: workdir / trials[i].name for i in cell})
+      for i, summary in zip(cell, summaries):
+        entries[i].update(status=summary.status, summary=summary.to_dict())
+    except Exception as e:  # one trial's (or cell's) failure must not end the grid
+      for i in cell:
+        entries[i].update(status="failed", error=_one_line(e))
+      print(f"sweep: {label} {names} failed: {entries[cell[0]]['error']}", file=sys.stderr, flush=True)
+    wall_times += [(time.perf_counter() - start) / len(cell)] * len(cell)
     jax.clear_caches()  # each trial compiles its own steps; do not keep the previous ones
     write_record(path, record)
     print(_progress([entries[j] for j in selected], wall_times), flush=True)
-    if entry["status"] == "preempted":
+    if any(entries[i]["status"] == "preempted" for i in cell):
       print("sweep: preempted; rerun the same command to resume", flush=True)
       break
   return record
-

@@ -21,13 +21,27 @@ FREE_MODEL_KEYS = ("init", "init_std", "remat", "dtype", "attention_impl", "loss
                    "head_vocab_multiple")
 
 
+ITEMS = {  # a checkpoint's items -> their orbax args and handler
+    "state": (ocp.args.StandardSave, ocp.args.StandardRestore, ocp.StandardCheckpointHandler),
+    "config": (ocp.args.JsonSave, ocp.args.JsonRestore, ocp.JsonCheckpointHandler),
+    "data": (grain.checkpoint.CheckpointSave, grain.checkpoint.CheckpointRestore, grain.checkpoint.CheckpointHandler),
+}
+
+
 def manager(workdir, checkpoint_config) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(
       max_to_keep=checkpoint_config.keep,
       save_interval_steps=checkpoint_config.every,
       enable_async_checkpointing=checkpoint_config.async_save,
       create=True)
-  return ocp.CheckpointManager(workdirs.resolve(workdir) / "checkpoints", options=options)
+  # Every item's handler named up front: reading one item (the config) then finds the others
+  # known, where orbax would otherwise warn about each of them on every resume.
+  registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+  for item, (save_args, restore_args, handler) in ITEMS.items():
+    for args in (save_args, restore_args):
+      registry.add(item, args, handler)
+  return ocp.CheckpointManager(workdirs.resolve(workdir) / "checkpoints", options=options,
+                               handler_registry=registry)
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state, data_iterator, config, force=False) -> bool:
@@ -64,15 +78,25 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, shardings, data_
   `data_iterator`, when given, is set to the saved iterator position in place (if the
   checkpoint holds one). `model_config`, when given, must match the saved model's.
   """
+  states, step = restore_together([mngr], abstract_state, shardings, [data_iterator], [model_config])
+  return (states[0] if states else None), step
+
+
+def restore_together(mngrs, abstract_state, shardings, data_iterators, model_configs):
+  """([state per manager], step) at the newest step every manager holds a checkpoint of and all
+  restore (a cell's runs resume together); ([], 0) when there is none. A ConfigError when some
+  hold checkpoints but they share no step (runs started in other cells)."""
   target = _with_shardings(abstract_state, shardings)
-  for step in sorted(mngr.all_steps(), reverse=True):
-    items = {"state": ocp.args.StandardRestore(target)}
+  held = [set(mngr.all_steps()) for mngr in mngrs]
+  common = set.intersection(*held)
+  if not common and any(held):
+    raise ConfigError("checkpoint", {str(m.directory): sorted(h) for m, h in zip(mngrs, held)},
+                      "these runs hold checkpoints at no common step: resume them as they were started "
+                      "(the same --batch)")
+  for step in sorted(common, reverse=True):
     try:
-      if model_config is not None:
-        check_model(saved_config(mngr, step), model_config, step)
-      if data_iterator is not None and "data" in mngr.metadata(step).item_handlers:
-        items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
-      restored = mngr.restore(step, args=ocp.args.Composite(**items))
+      states = [_restore(mngr, step, target, it, model_config)
+                for mngr, it, model_config in zip(mngrs, data_iterators, model_configs)]
     except ConfigError:
       raise
     except Exception as e:  # a partial or corrupted checkpoint: report it, fall back to the previous one
@@ -80,8 +104,18 @@ def restore_latest(mngr: ocp.CheckpointManager, abstract_state, shardings, data_
       print(f"warning: checkpoint {step} failed to restore ({type(e).__name__}: {reason}); "
             "trying an older one", file=sys.stderr, flush=True)
       continue
-    return restored["state"], step
-  return None, 0
+    return states, step
+  return [], 0
+
+
+def _restore(mngr, step, target, data_iterator, model_config):
+  """The state of checkpoint `step`; the data iterator set in place (when it holds one)."""
+  items = {"state": ocp.args.StandardRestore(target)}
+  if model_config is not None:
+    check_model(saved_config(mngr, step), model_config, step)
+  if data_iterator is not None and "data" in mngr.metadata(step).item_handlers:
+    items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
+  return mngr.restore(step, args=ocp.args.Composite(**items))["state"]
 
 
 def _open(workdir, checkpoint_config, step=None):

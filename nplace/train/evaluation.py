@@ -26,9 +26,16 @@ class Evaluator:
     return [f"eval: {rouge}"] + ([f"eval: {self.bertscore_note}"] if self.bertscore_note else [])
 
   def __call__(self, params) -> dict:
+    return self.results(self.outputs(params))
+
+  def outputs(self, params) -> list[dict]:
+    """The eval step's outputs (on the host) for each validation batch."""
     val = loader.make_iterator(self.config.data, "val", self.local_batch, seed=self.config.seed, shuffle=False)
-    outs = [jax.device_get(self.eval_step(params, self.put_batch(next(val))))
+    return [jax.device_get(self.eval_step(params, self.put_batch(next(val))))
             for _ in range(self.config.train.eval_batches)]
+
+  def results(self, outs) -> dict:
+    """name -> value from one run's outputs."""
     loss_B = np.concatenate([o["loss_B"] for o in outs])
     results = {"loss": float(loss_B.mean()), **scores.perplexities(loss_B)}
     if self.active and (self.rouge_text or not self.bertscore_note):

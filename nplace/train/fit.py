@@ -70,21 +70,23 @@ def _hints(config, batch_per_chip: int, topo) -> list[str]:
   return hints
 
 
-def roofline(config, topo, mesh) -> dict:
+def roofline(config, topo, mesh, trials: int = 1) -> dict:
   """Step time as the slower of compute and FSDP/data-parallel traffic, assumed overlapped.
 
   FLOPs come from the model's formula (6N + 12 L T d per token, nplace info): XLA's cost
   analysis counts a scanned layer once. Compute adds the forward recomputed by remat; traffic
   is three passes of float32 parameters over the fsdp axis (all-gather forward and again for
-  the recomputed backward, reduce-scatter of gradients) and an all-reduce over `data`."""
+  the recomputed backward, reduce-scatter of gradients) and an all-reduce over `data`. A cell of
+  `trials` runs does that many runs' FLOPs, and each chip moves the traffic of the runs it holds."""
   chip = topo.chip
-  tokens = config.train.batch_size * config.data.seq_len
+  tokens = trials * config.train.batch_size * config.data.seq_len
   info = model_info(config)
   model_flops = info["flops_per_token"] * tokens / topo.chips
   compute_s = model_flops * REMAT_RECOMPUTE[config.model.remat] / chip.peak_flops
   param_bytes = 4 * info["params"]
   fsdp, data = mesh.shape["fsdp"], mesh.shape["data"]
-  comm_bytes = 3 * param_bytes * (fsdp - 1) / fsdp + 2 * param_bytes / fsdp * (data - 1) / data
+  runs_per_chip = trials // mesh.shape.get(sharding.TRIAL, 1)
+  comm_bytes = runs_per_chip * (3 * param_bytes * (fsdp - 1) / fsdp + 2 * param_bytes / fsdp * (data - 1) / data)
   step_s = max(compute_s, comm_bytes / chip.ici_bandwidth)
   return {"model_flops_per_chip": model_flops, "compute_s": compute_s,
           "comm_s": comm_bytes / chip.ici_bandwidth, "step_s": step_s,
@@ -92,36 +94,53 @@ def roofline(config, topo, mesh) -> dict:
           "params": info["params"]}
 
 
-def check(config, topology: str, batch_per_chip: int, probes: bool = True) -> dict:
+def check(config, topology: str, batch_per_chip: int, probes: bool = True, trials: int | None = None) -> dict:
   """The report for `config` on `topology` at `batch_per_chip`; raises DoesNotFit. The probe
-  suite is compiled too when the run would use it (`probe.every` > 0)."""
+  suite is compiled too when the run would use it (`probe.every` > 0). With `trials`, a cell of
+  that many runs (every hyperparameter an array), each run on the chips the trial axis gives
+  it with `batch_per_chip` sequences per chip."""
   topo = chips.resolve(topology)
   config = copy.deepcopy(config)
-  config.train.batch_size = batch_per_chip * topo.chips
-  mesh = sharding.make_mesh(config.mesh, topo.devices())
-  state_shardings = train_state.shardings(config, mesh)
-  train_step, _ = steps.compile_steps(config, mesh, state_shardings)
-  state = _abstract(train_state.abstract(config), state_shardings)
-  batch = jax.ShapeDtypeStruct((config.train.batch_size, config.data.seq_len + 1), "int32",
-                               sharding=sharding.batch_sharding(mesh, config.mesh))
+  devices = topo.devices()
+  ways = sharding.trial_ways(config.mesh, len(devices), trials) if trials else 1
+  config.train.batch_size = batch_per_chip * topo.chips // ways
+  mesh = sharding.make_mesh(config.mesh, devices, trials)
+  state_shardings = train_state.shardings(config, mesh, trials)
+  abstract = train_state.abstract(config)
+  if trials:
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((trials, *x.shape), x.dtype), abstract)
+  train_step, _ = steps.compile_steps(config, mesh, state_shardings, steps.HYPERPARAMETERS if trials else None)
+  state = _abstract(abstract, state_shardings)
+  shape = (config.train.batch_size, config.data.seq_len + 1)
+  batch = jax.ShapeDtypeStruct((trials, *shape) if trials else shape, "int32",
+                               sharding=sharding.batch_sharding(mesh, config.mesh, trials=bool(trials)))
   hints = _hints(config, batch_per_chip, topo)
-  compiled = _compile(train_step.lower(state, batch), hints)
+  if trials:
+    per_run = jax.ShapeDtypeStruct((trials,), "float32", sharding=sharding.trial_sharding(mesh))
+    active = jax.ShapeDtypeStruct((trials,), "bool", sharding=sharding.trial_sharding(mesh))
+    lowered = train_step.lower(state, batch, {key: per_run for key in steps.HYPERPARAMETERS}, active)
+  else:
+    lowered = train_step.lower(state, batch)
+  compiled = _compile(lowered, hints)
   memory = chip_bytes(compiled)
   if memory["peak"] > topo.chip.hbm_bytes:
     raise DoesNotFit(memory["peak"], topo.chip.hbm_bytes, hints)
   cost = compiled.cost_analysis()
   report = {
       "topology": topo.name, "cloud_name": topo.cloud_name, "chips": topo.chips,
-      "mesh": dict(mesh.shape), "batch_per_chip": batch_per_chip,
+      "mesh": dict(mesh.shape), "batch_per_chip": batch_per_chip, "trials": trials or 1,
       "global_batch": config.train.batch_size, "seq_len": config.data.seq_len,
       "dtype": config.model.dtype, "remat": config.model.remat, "placement": config.model.placement,
       "hbm_bytes": topo.chip.hbm_bytes, "bytes": memory, "fits": True,
       "xla_flops_per_chip": (cost or {}).get("flops"),  # the scanned layer counted once
-      **roofline(config, topo, mesh), "probe_bytes": None,
+      **roofline(config, topo, mesh, trials or 1), "probe_bytes": None,
   }
   if probes and config.probe.every:
     hints = [f"--config.probe.batch_size={max(1, config.probe.batch_size // 2)}",
              "--config.probe.power_iters=0"]
+    if trials:  # a cell probes one run at a time, its slice laid out as a lone run's
+      mesh = sharding.make_mesh(config.mesh, devices)
+      state = _abstract(train_state.abstract(config), train_state.shardings(config, mesh))
     report["probe_bytes"] = _probe_memory(config, mesh, state["params"], hints)
     if report["probe_bytes"]["peak"] > topo.chip.hbm_bytes:
       raise DoesNotFit(report["probe_bytes"]["peak"], topo.chip.hbm_bytes, hints)

@@ -4,6 +4,7 @@ import jax
 
 from nplace.config import profile_window
 from nplace.probes import inputs, suite, summaries
+from nplace.runtime import sharding
 from nplace.train import checkpoint
 
 
@@ -15,7 +16,7 @@ class Hooks:
 
   def add(self, fn, every: int, *, at_start=False, at_end=None):
     """`fn(step, state)` every `every` steps (0 = never) and, when `at_start`, at step 0 of a
-    fresh run; `at_end(step, state, status)` once after the loop, with the run's status."""
+    fresh run; `at_end(step, state)` once after the loop (each run's summary has its status)."""
     self._hooks.append((fn, every, at_start, at_end))
 
   def start(self, state):
@@ -28,63 +29,77 @@ class Hooks:
       if every and step % every == 0:
         fn(step, state)
 
-  def end(self, step: int, state, status: str):
+  def end(self, step: int, state):
     for *_, at_end in self._hooks:
       if at_end:
-        at_end(step, state, status)
+        at_end(step, state)
 
 
-def checkpoint_hook(hooks, mngr, train_iter, config, log):
-  """Orbax decides the interval (checkpoint.every); the last step is saved unless the run
-  diverged (its newest good checkpoint stays the newest). The step log's counters are saved
-  with each checkpoint, so a resumed run goes on counting."""
+def checkpoint_hook(hooks, cell, logs):
+  """Each run's checkpoint in its own workdir; orbax decides the interval (checkpoint.every).
+  The last step is saved unless the run diverged (its newest good checkpoint stays the newest).
+  The step log's counters are saved with each checkpoint, so a resumed run goes on counting."""
   def save(step, state):
-    if mngr.should_save(step):
-      log.flush()  # this step's metrics are in the counters (saving waits for the step anyway)
-    if checkpoint.save(mngr, step, state, train_iter, config):
-      log.save_counters(step)
-      log.writer.sync()  # a bucket workdir's event files go up with each checkpoint
+    if not cell.runs[0].mngr.should_save(step):
+      return
+    logs.flush()  # this step's metrics are in the counters (saving waits for the step anyway)
+    for i, run in enumerate(cell.runs):
+      if not run.diverged and checkpoint.save(run.mngr, step, cell.state_of(state, i), run.iterator, run.config):
+        run.log.save_counters(step)
+        run.writer.sync()  # a bucket workdir's event files go up with each checkpoint
 
-  def final(step, state, status):
-    if status != "diverged" and mngr.latest_step() != step:
-      checkpoint.save(mngr, step, state, train_iter, config, force=True)
-      log.save_counters(step)
+  def final(step, state):
+    for i, run in enumerate(cell.runs):
+      if not run.diverged and run.mngr.latest_step() != step:
+        checkpoint.save(run.mngr, step, cell.state_of(state, i), run.iterator, run.config, force=True)
+        run.log.save_counters(step)
 
   hooks.add(save, every=1, at_end=final)
 
 
-def eval_hook(hooks, evaluator, writer, progress, summary, references, every):
+def eval_hook(hooks, cell, evaluator, progress, references, every):
   """eval/* scalars and the summary's eval fields at step 0, every `every` steps and at the end
-  of a completed run."""
-  def run(step, state):
-    results = evaluator(state["params"])
-    writer.scalars(step, {f"eval/{name}": value for name, value in results.items()} | references)
-    summary.file_eval(results)
-    rouge = f" rougeL {results['rougeL']:.4f}" if "rougeL" in results else ""
-    progress.message(f"step {step} eval loss {results['loss']:.4f} perplexity {results['perplexity']:.3f}"
-                     f"{rouge} (frequency loss {references['data/frequency_loss']:.4f})")
+  of a completed run: one evaluation pass for all the cell's runs."""
+  def run(step, state, due=lambda r: not r.diverged):
+    for r, results in zip(cell.runs, cell.evaluate(evaluator, state["params"])):
+      if not due(r):
+        continue
+      r.writer.scalars(step, {f"eval/{name}": value for name, value in results.items()} | references)
+      r.summary.file_eval(results)
+      rouge = f" rougeL {results['rougeL']:.4f}" if "rougeL" in results else ""
+      who = f"{r.name}: " if cell.stacked else ""
+      progress.message(f"{who}step {step} eval loss {results['loss']:.4f} perplexity {results['perplexity']:.3f}"
+                       f"{rouge} (frequency loss {references['data/frequency_loss']:.4f})")
 
-  def final(step, state, status):
-    if status == "completed" and step % every:
-      run(step, state)
+  def final(step, state):
+    completed = lambda r: r.summary.status == "completed"
+    if step % every and any(map(completed, cell.runs)):
+      run(step, state, due=completed)
 
   hooks.add(run, every, at_start=True, at_end=final)
 
 
-def probe_hook(hooks, config, writer, progress, replicated):
+def probe_hook(hooks, cell, progress):
   """The probe suite on a fixed held-out batch (the same rows on every process), compiled apart
-  from the train step, at step 0 and every `probe.every` steps, written as probe/* summaries."""
+  from the train step, at step 0 and every `probe.every` steps, written as each run's probe/*
+  summaries; a cell's runs are probed one after another, each on its own slice of the state."""
+  config = cell.config
   if not config.probe.every:
     return
+  replicated = sharding.replicated(cell.run_mesh)
   batch = jax.make_array_from_process_local_data(replicated, inputs.probe_batch(config, held_out=True))
-  probe_writer = summaries.ProbeWriter(writer, config) if writer.summary else None
+  writers = [summaries.ProbeWriter(r.writer, r.config) if r.writer.summary else None for r in cell.runs]
 
   def run(step, state):
-    results = jax.device_get(
-        suite.suite(config, state["params"], batch, inputs.probe_key(config), replicated.mesh))
-    if probe_writer:
-      probe_writer.write(step, results)
-    progress.message(f"step {step} probe suite: {len(results)} probes written to TensorBoard")
+    for i, r in enumerate(cell.runs):
+      if r.diverged:
+        continue
+      results = jax.device_get(suite.suite(r.config, cell.state_of(state, i)["params"], batch,
+                                           inputs.probe_key(r.config), cell.run_mesh))
+      if writers[i]:
+        writers[i].write(step, results)
+      who = f"{r.name}: " if cell.stacked else ""
+      progress.message(f"{who}step {step} probe suite: {len(results)} probes written to TensorBoard")
 
   hooks.add(run, config.probe.every, at_start=True)
 
@@ -120,7 +135,7 @@ def profile_hook(hooks, config, workdir, resumed_at, progress):
       jax.block_until_ready(state)  # the last step's device work belongs in the trace
       end()
 
-  def final(step, state, status):
+  def final(step, state):
     if tracing:  # the run stopped inside the window
       end()
 

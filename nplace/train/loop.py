@@ -1,48 +1,105 @@
-"""The training loop (`nplace train`).
+"""The training loop: one run (`nplace train`), or a cell of runs trained as one program
+(`nplace sweep --batch K`, nplace/train/cell.py).
 
-One jitted step with explicit shardings; metrics are fetched one step late so the
-host never waits on the device (step_log.StepLog); checkpoints (orbax) every
-`checkpoint.every` steps, on SIGTERM and at the end, eval and probes are periodic
-hooks (nplace/train/hooks.py); a run resumes from its workdir's newest good checkpoint.
+One jitted step with explicit shardings; metrics are fetched one step late so the host never
+waits on the device (step_log.CellLog); checkpoints (orbax) every `checkpoint.every` steps, on
+SIGTERM and at the end, eval and probes are periodic hooks (nplace/train/hooks.py); a run
+resumes from its workdir's newest good checkpoint (a cell from its runs' newest common one).
+A run of a cell that diverges stops alone; the others train on.
 """
 import signal
 
 import jax
+from jax.experimental import multihost_utils
 
-from nplace.data import loader, prepare
+from nplace.data import prepare
 from nplace.errors import ConfigError
 from nplace.logs.progress import Progress
 from nplace.logs.writer import Writer
 from nplace.model.size import model_info
 from nplace.runtime import chips, cpu_split, sharding, startup, workdirs
-from nplace.train import checkpoint, evaluation, hooks, state as train_state, steps
-from nplace.train.step_log import StepLog
+from nplace.train import checkpoint, evaluation, hooks
+from nplace.train.cell import Cell, Run
+from nplace.train.step_log import CellLog, StepLog
 from nplace.train.summary import Summary, collapsed
 
 
 class _Preemption:
-  """Turns SIGTERM (a TPU preemption notice) into a flag the loop checks between steps."""
+  """SIGTERM (a TPU preemption notice) as a question the loop asks between steps. With several
+  processes all must stop at the same step, or one leaves the others waiting in the step's
+  collectives: JAX's preemption sync point answers for all of them (its notifier catches the
+  signal; a handler of ours would replace it). Alone, our own handler sets a flag."""
 
   def __init__(self):
-    self.requested = False
-    self._previous = signal.signal(signal.SIGTERM, self._handle)
+    self.shared = jax.process_count() > 1
+    self._flag = False
+    if not self.shared:
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
 
   def _handle(self, *_):
-    self.requested = True
+    self._flag = True
+
+  def requested(self, step: int) -> bool:
+    return multihost_utils.reached_preemption_sync_point(step) if self.shared else self._flag
 
   def restore(self):
     """The handler from before the run: between the trials of `nplace sweep`, SIGTERM ends it."""
-    signal.signal(signal.SIGTERM, self._previous)
+    if not self.shared:
+      signal.signal(signal.SIGTERM, self._previous)
 
 
-def _global_batch(local_batch, batch_sharding):
-  return jax.make_array_from_process_local_data(batch_sharding, local_batch)
+def train(config, workdir) -> Summary:
+  """Trains (or resumes) in `workdir`; returns what it writes to `workdir/summary.json`."""
+  workdir = workdirs.resolve(workdir)
+  return train_cell({workdir.name: config}, {workdir.name: workdir})[0]
 
 
-def _announce(progress, workdir, config, evaluator, mesh):
+def train_cell(configs: dict, run_dirs: dict) -> list[Summary]:
+  """Trains (or resumes) the runs named in `configs` (name -> config; 2 or more: one program
+  over their stacked states, see nplace/train/cell.py) each in its workdir `run_dirs[name]`;
+  returns what each writes to its summary.json."""
+  config = next(iter(configs.values()))
+  runs = [Run(name, c, workdirs.resolve(run_dirs[name])) for name, c in configs.items()]
+  for run in runs:  # a missing bucket or read-only directory: one line, before anything starts
+    workdirs.check_writable(run.workdir)
+  startup.prepare_process(config)
+  devices = cpu_split.mesh_devices(config)
+  n_proc, is_main = jax.process_count(), jax.process_index() == 0
+  if config.train.batch_size % n_proc:
+    raise ConfigError("train.batch_size", config.train.batch_size, f"must divide over {n_proc} processes")
+  cell = Cell(runs, devices)  # ConfigError on an uneven split, or runs that cannot share a program
+  sharding.check_batch(cell.mesh.shape, config)
+  meta = prepare.read_meta(prepare.prepared_dir(config.data))
+  val_windows = sum((n - 1) // config.data.seq_len for _, n in meta["shards"]["val"])
+  if config.train.eval_batches * config.train.batch_size > val_windows:
+    raise ConfigError("train.eval_batches", config.train.eval_batches,
+                      f"the validation split holds {val_windows // config.train.batch_size} batches")
+  tokens = config.train.batch_size * config.data.seq_len
+  progress = Progress(config.train.steps, tokens * cell.trials, is_main)
+  for run in runs:
+    run.mngr = checkpoint.manager(run.workdir, run.config.checkpoint)
+  try:
+    _run(cell, meta, progress, is_main)
+  finally:  # also after an error: no save is left writing (nplace sweep goes on to the next trial)
+    for run in runs:
+      run.mngr.wait_until_finished()
+      run.mngr.close()
+  for run in runs if is_main else ():
+    (run.workdir / "summary.json").write_text(run.summary.to_json())
+    who = f"{run.name}: " if cell.stacked else ""
+    progress.message(f"{who}{run.summary.status} at step {run.summary.step}: {run.summary.to_json(indent=None)}")
+  return [run.summary for run in runs]
+
+
+def _announce(progress, cell, evaluator):
   """Where the logs go, what runs where and when, before the first step."""
-  progress.message(f"logs: {workdir} (TensorBoard event files; summary.json at the end)\n"
-                   f"  tensorboard --logdir {workdir}")
+  mesh, config = cell.mesh, cell.config
+  if cell.stacked:
+    progress.message(f"cell: {cell.trials} runs in one program ({cell.names}), differing in "
+                     f"{', '.join(cell.varying) or 'the seed'}")
+  for run in cell.runs:
+    progress.message(f"logs: {run.workdir} (TensorBoard event files; summary.json at the end)\n"
+                     f"  tensorboard --logdir {run.workdir}")
   progress.message(f"devices: {mesh.size} x {mesh.devices.flat[0].platform}, mesh {dict(mesh.shape)}")
   if config.probe.every:
     progress.message(f"probes: the suite runs at step 0 and every {config.probe.every} steps")
@@ -50,87 +107,63 @@ def _announce(progress, workdir, config, evaluator, mesh):
     progress.message(note)
 
 
-def train(config, workdir) -> Summary:
-  """Trains (or resumes) in `workdir`; returns what it writes to `workdir/summary.json`."""
-  workdir = workdirs.resolve(workdir)
-  startup.prepare_process(config)
-  mesh = sharding.make_mesh(config.mesh, cpu_split.mesh_devices(config))
-  n_proc, is_main = jax.process_count(), jax.process_index() == 0
-  if config.train.batch_size % n_proc:
-    raise ConfigError("train.batch_size", config.train.batch_size, f"must divide over {n_proc} processes")
-  sharding.check_batch(mesh.shape, config)
-  meta = prepare.read_meta(prepare.prepared_dir(config.data))
-  val_windows = sum((n - 1) // config.data.seq_len for _, n in meta["shards"]["val"])
-  if config.train.eval_batches * config.train.batch_size > val_windows:
-    raise ConfigError("train.eval_batches", config.train.eval_batches,
-                      f"the validation split holds {val_windows // config.train.batch_size} batches")
-  state_shardings = train_state.shardings(config, mesh)  # ConfigError on an uneven split
-  progress = Progress(config.train.steps, config.train.batch_size * config.data.seq_len, is_main)
-  mngr = checkpoint.manager(workdir, config.checkpoint)
-  try:
-    summary = _run(config, workdir, mesh, state_shardings, meta, mngr, progress, is_main)
-  finally:  # also after an error: no save is left writing (nplace sweep goes on to the next trial)
-    mngr.wait_until_finished()
-    mngr.close()
-  if is_main:
-    (workdir / "summary.json").write_text(summary.to_json())
-    progress.message(f"{summary.status} at step {summary.step}: {summary.to_json(indent=None)}")
-  return summary
-
-
-def _run(config, workdir, mesh, state_shardings, meta, mngr, progress, is_main) -> Summary:
+def _run(cell, meta, progress, is_main) -> None:
   """The loop, from the newest checkpoint (or init) to the last step, divergence or SIGTERM."""
-  local_batch = config.train.batch_size // jax.process_count()
-  batch_sharding = sharding.batch_sharding(mesh, config.mesh)
-  train_iter = loader.make_iterator(config.data, "train", local_batch, seed=config.seed, shuffle=True)
-  state, start = checkpoint.restore_latest(mngr, train_state.abstract(config), state_shardings, train_iter,
-                                         model_config=config.model)
+  config = cell.config
+  cell.open_data()
+  state, start = cell.restore()
   if state is None:
-    state = train_state.init(config, state_shardings)
-  train_step, eval_step = steps.compile_steps(config, mesh, state_shardings)
-
-  writer = Writer(workdir, purge_step=start + 1 if start else None, active=is_main)
-  if not start:
-    writer.text("config", f"```\n{config.to_json_best_effort(indent=2)}\n```")
-  evaluator = evaluation.Evaluator(config, eval_step, lambda b: _global_batch(b, batch_sharding),
-                                   local_batch, is_main)
-  _announce(progress, workdir, config, evaluator, mesh)
-  summary = Summary(step=start, frequency_loss=meta["frequency_loss"], entropy_rate=meta.get("entropy_rate"),
-                    rouge_text=evaluator.rouge_text)
-  peak = chips.peak_flops(mesh.devices.flat[0].device_kind, config.train.peak_flops)
-  log = StepLog(config, writer, progress, summary, config.train.batch_size * config.data.seq_len,
-                      model_info(config)["flops_per_token"] / (peak * mesh.size) if peak else None,
-                      workdir / "counters.json" if is_main else None)
-  if start:
-    log.restore_counters(start)
+    state = cell.init()
+  cell.compile()
+  evaluator = evaluation.Evaluator(config, cell.eval_step,
+                                   lambda b: jax.make_array_from_process_local_data(cell.eval_batch_sharding, b),
+                                   cell.local_batch, is_main)
+  peak = chips.peak_flops(cell.mesh.devices.flat[0].device_kind, config.train.peak_flops)
+  mfu_per_tps = model_info(config)["flops_per_token"] / (peak * cell.mesh.size) if peak else None
+  for run in cell.runs:
+    run.writer = Writer(run.workdir, purge_step=start + 1 if start else None, active=is_main)
+    if not start:
+      run.writer.text("config", f"```\n{run.config.to_json_best_effort(indent=2)}\n```")
+    run.summary = Summary(step=start, frequency_loss=meta["frequency_loss"], entropy_rate=meta.get("entropy_rate"),
+                          rouge_text=evaluator.rouge_text)
+    run.log = StepLog(run.config, run.writer, run.summary, config.train.batch_size * config.data.seq_len,
+                      mfu_per_tps, run.workdir / "counters.json" if is_main else None)
+    if start:
+      run.log.restore_counters(start)
+  _announce(progress, cell, evaluator)
+  logs = CellLog(cell, progress)
   loop = hooks.Hooks()
-  hooks.checkpoint_hook(loop, mngr, train_iter, config, log)
+  hooks.checkpoint_hook(loop, cell, logs)
   references = {"data/frequency_loss": meta["frequency_loss"], "data/entropy_rate": meta.get("entropy_rate")}
-  hooks.eval_hook(loop, evaluator, writer, progress, summary, references, config.train.eval_every)
-  hooks.probe_hook(loop, config, writer, progress, sharding.replicated(mesh))
-  hooks.profile_hook(loop, config, workdir, start, progress)
+  hooks.eval_hook(loop, cell, evaluator, progress, references, config.train.eval_every)
+  hooks.probe_hook(loop, cell, progress)
+  hooks.profile_hook(loop, config, cell.runs[0].workdir, start, progress)
   preemption = _Preemption()
 
   try:
     if start == 0:
       loop.start(state)
+    last = start
     for step in range(start + 1, config.train.steps + 1):
       with jax.profiler.StepTraceAnnotation("train", step_num=step):  # ~free unless tracing
-        state, step_metrics = train_step(state, _global_batch(next(train_iter), batch_sharding))
-      log.push(step, step_metrics)
-      if summary.status == "diverged":
+        state, step_metrics = cell.step(state, cell.next_batch())
+      last = step
+      logs.push(step, step_metrics)
+      if all(run.diverged for run in cell.runs):
         break
       loop.step(step, state)
-      if preemption.requested:
-        summary.status = "preempted"
+      if preemption.requested(step):
+        for run in cell.runs:
+          if not run.diverged:
+            run.summary.status = "preempted"
         break
-    log.flush()
-    loop.end(summary.step, state, summary.status)
+    logs.flush()
+    loop.end(last, state)
   finally:
     preemption.restore()
-    writer.close()
-  if summary.val_loss is not None:
-    summary.collapsed = bool(collapsed(summary.val_loss, meta["frequency_loss"]))
-  summary.tokens_per_sec = log.tokens_per_sec()
-  return summary
-
+    for run in cell.runs:
+      run.writer.close()
+  for run in cell.runs:
+    if run.summary.val_loss is not None:
+      run.summary.collapsed = bool(collapsed(run.summary.val_loss, meta["frequency_loss"]))
+    run.summary.tokens_per_sec = run.log.tokens_per_sec()

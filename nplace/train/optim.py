@@ -8,9 +8,12 @@ def schedule(o, steps: int) -> optax.Schedule:
 
   Evaluated one step ahead, so that the first update (count 0) has lr/warmup, not 0."""
   warmup = min(o.warmup_steps, max(steps - 1, 0))
-  base = optax.warmup_cosine_decay_schedule(
-      init_value=0.0, peak_value=o.lr, warmup_steps=warmup,
-      decay_steps=max(steps, warmup + 1), end_value=o.lr * o.min_lr_ratio)
+  # optax.warmup_cosine_decay_schedule's two parts, joined here: it derives the floor's ratio
+  # by testing `lr == 0` in Python, which a cell's per-run learning rates (arrays) do not allow
+  base = optax.join_schedules([
+      optax.linear_schedule(init_value=0.0, end_value=o.lr, transition_steps=warmup),
+      optax.cosine_decay_schedule(init_value=o.lr, decay_steps=max(steps, warmup + 1) - warmup,
+                                  alpha=o.min_lr_ratio)], [warmup])
   return lambda count: base(count + 1)
 
 

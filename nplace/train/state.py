@@ -31,11 +31,16 @@ def abstract(config):
   return nn.unbox(abstract_boxed(config))
 
 
-def shardings(config, mesh):
-  return sharding.logical_to_shardings(abstract_boxed(config), mesh, config.mesh)
+def shardings(config, mesh, trials: int | None = None):
+  """The state's layout on `mesh`; with `trials`, of a cell's states stacked on a leading axis."""
+  return sharding.logical_to_shardings(abstract_boxed(config), mesh, config.mesh, trials)
 
 
-def init(config, state_shardings):
-  """A fresh state, each array created directly in its sharded layout."""
-  init_fn = jax.jit(lambda key: nn.unbox(_init_boxed(config, key)), out_shardings=state_shardings)
-  return init_fn(jax.random.key(config.seed))
+def init(config, state_shardings, seeds=None):
+  """A fresh state, each array created directly in its sharded layout; with `seeds`, a cell's
+  states stacked, one per seed (each the state its run would start from alone)."""
+  one = lambda key: nn.unbox(_init_boxed(config, key))
+  if seeds is None:
+    return jax.jit(one, out_shardings=state_shardings)(jax.random.key(config.seed))
+  keys = jnp.stack([jax.random.key(seed) for seed in seeds])
+  return jax.jit(jax.vmap(one), out_shardings=state_shardings)(keys)

@@ -1,5 +1,6 @@
 """The host side of each train step, run one step late: divergence, loss spikes, the summary's
-counters, train/* and perf/* scalars, the progress line."""
+counters, train/* and perf/* scalars, the progress line. `CellLog` fetches a step's metrics once
+and hands each run of the cell (nplace/train/cell.py) its own to its `StepLog`."""
 import collections
 import json
 import math
@@ -11,22 +12,12 @@ import numpy as np
 from nplace.runtime import workdirs
 
 
-class StepLog:
-  """The host side of each train step, run one step late (once the next step is queued, so the
-  host never waits on the device): divergence, spikes, train/* and perf/* scalars, progress."""
+class CellLog:
+  """The runs' step logs, one step late (once the next step is queued, so the host never waits
+  on the device), and the progress line: the mean loss of the runs logged, their tokens/s."""
 
-  def __init__(self, config, writer, progress, summary, tokens_per_step, mfu_per_tps, counters_path):
-    """`mfu_per_tps`: the MFU of one token per second (None: no known peak FLOP/s);
-    `counters_path`: the JSON file of the summary's counters per checkpointed step (None: not
-    written)."""
-    self.config, self.writer, self.progress, self.summary = config, writer, progress, summary
-    self.counters_path = counters_path
-    self.tokens_per_step, self.mfu_per_tps = tokens_per_step, mfu_per_tps
-    self.spikes = SpikeCounter(config.train.spike_window, config.train.spike_zscore)
-    self.pending = None
-    # The first step includes compilation: time from its end.
-    self.start = self.window_start = None
-    self.steps = self.window_steps = 0
+  def __init__(self, cell, progress):
+    self.cell, self.progress, self.pending = cell, progress, None
 
   def push(self, step: int, step_metrics):
     """Queues this step's metrics and handles the previous step's."""
@@ -34,9 +25,34 @@ class StepLog:
     self.pending = (step, step_metrics)
 
   def flush(self):
-    if self.pending:
-      self._finish(*self.pending)
-      self.pending = None
+    if not self.pending:
+      return
+    (step, step_metrics), self.pending = self.pending, None
+    m, now = jax.device_get(step_metrics), time.perf_counter()
+    logged = [run.log.record(step, self.cell.metrics_of(m, i), now)
+              for i, run in enumerate(self.cell.runs) if not run.diverged]
+    logged = [entry for entry in logged if entry is not None]
+    if logged:
+      rates = [tps for _, tps in logged]
+      self.progress.update(step, float(np.mean([loss for loss, _ in logged])),
+                           sum(rates) if all(rates) else None)
+
+
+class StepLog:
+  """The host side of one run's train steps: divergence, spikes, the summary's counters,
+  train/* and perf/* scalars."""
+
+  def __init__(self, config, writer, summary, tokens_per_step, mfu_per_tps, counters_path):
+    """`mfu_per_tps`: the MFU of one token per second (None: no known peak FLOP/s);
+    `counters_path`: the JSON file of the summary's counters per checkpointed step (None: not
+    written)."""
+    self.config, self.writer, self.summary = config, writer, summary
+    self.counters_path = counters_path
+    self.tokens_per_step, self.mfu_per_tps = tokens_per_step, mfu_per_tps
+    self.spikes = SpikeCounter(config.train.spike_window, config.train.spike_zscore)
+    # The first step includes compilation: time from its end.
+    self.start = self.window_start = None
+    self.steps = self.window_steps = 0
 
   def save_counters(self, step: int):
     if self.counters_path:
@@ -58,8 +74,10 @@ class StepLog:
   def tokens_per_sec(self) -> float | None:
     return self.steps * self.tokens_per_step / (time.perf_counter() - self.start) if self.steps else None
 
-  def _finish(self, step, step_metrics):
-    m, now, t = jax.device_get(step_metrics), time.perf_counter(), self.config.train
+  def record(self, step, m, now) -> tuple[float, float | None] | None:
+    """Step `step`'s metrics `m` (on the host), finished at `now`; (loss, tokens/s since the last
+    logged step) when this step is logged, else None."""
+    t = self.config.train
     if self.start is None:
       self.start = self.window_start = now
     else:
@@ -70,7 +88,7 @@ class StepLog:
     if not m["finite"]:
       if t.on_divergence == "stop":
         s.status, s.diverged_at = "diverged", step
-        return
+        return None
       s.skipped_steps += 1
     self.spikes.update(loss)
     s.loss_spikes = int(self.spikes.count)
@@ -84,7 +102,8 @@ class StepLog:
     if step % t.log_every == 0 or step == t.steps:
       if step > self.config.optim.warmup_steps and math.isfinite(loss):
         s.max_train_loss = loss if s.max_train_loss is None else max(loss, s.max_train_loss)
-      self._log(step, loss, m, now)
+      return self._log(step, loss, m, now)
+    return None
 
   def _log(self, step, loss, m, now):
     tps = None
@@ -98,7 +117,7 @@ class StepLog:
     self.writer.scalars(step, {"train/loss": loss, "train/grad_norm": m["grad_norm"], "train/lr": m["lr"],
                                "train/loss_spikes": self.summary.loss_spikes,
                                "train/skipped_steps": self.summary.skipped_steps})
-    self.progress.update(step, loss, tps)
+    return loss, tps
 
 
 class SpikeCounter:

@@ -1,14 +1,26 @@
-"""The jitted train and eval steps."""
+"""The jitted train and eval steps, for one run and for a cell of runs trained together.
+
+A cell's runs differ only in values that need not change the program (HYPERPARAMETERS, and the
+seed): its step is the one run's step vmapped over a leading `trial` axis of the state, the
+batch, those values and an `active` flag per run, the trial axis laid over the mesh's `trial`
+axis (`spmd_axis_name`), so no run's gradients meet another's.
+"""
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from nplace.config import ModelConfig
+from nplace.config import ModelConfig, OptimConfig
 from nplace.model import decoder
 from nplace.runtime import cpu_split, sharding
 from nplace.train import optim
+
+# Config keys a cell's runs may differ in, passed to its step as per-run arrays (the seed too,
+# which only sets the init and the data order).
+HYPERPARAMETERS = ("optim.lr", "optim.weight_decay", "optim.b1", "optim.b2", "optim.eps", "optim.min_lr_ratio",
+                   "model.dt")
 
 
 def _microbatches(batch_BT1, k):
@@ -18,15 +30,18 @@ def _microbatches(batch_BT1, k):
   return batch_BT1.reshape(B // k, k, -1).swapaxes(0, 1)
 
 
-def make_train_step(config):
-  """step(state, batch) -> (state, metrics). A non-finite loss or gradient leaves the params
-  and optimizer state as they were (the run then stops or skips, per train.on_divergence)."""
-  tx = optim.make(config.optim, config.train.steps)
-  lr_at = optim.schedule(config.optim, config.train.steps)
-  grad_fn = jax.value_and_grad(functools.partial(decoder.loss, ModelConfig.of(config.model)))
-  k = config.train.grad_accum
+def _run_step(config):
+  """step(state, batch, hyper, active) -> (state, metrics) of one run; `hyper` maps some of
+  HYPERPARAMETERS to their (traced) values, the rest come from `config`. A non-finite loss or
+  gradient, or `active` False, leaves the params and optimizer state as they were (the run
+  then stops or skips, per train.on_divergence)."""
+  cfg, k, steps = ModelConfig.of(config.model), config.train.grad_accum, config.train.steps
 
-  def step(state, batch_BT1):
+  def step(state, batch_BT1, hyper, active):
+    o = dataclasses.replace(OptimConfig.of(config.optim),
+                            **{key.removeprefix("optim."): v for key, v in hyper.items() if key.startswith("optim.")})
+    tx, lr_at = optim.make(o, steps), optim.schedule(o, steps)
+    grad_fn = jax.value_and_grad(functools.partial(decoder.loss, cfg, dt=hyper.get("model.dt")))
     params = state["params"]
     if k == 1:
       loss, grads = grad_fn(params, batch_BT1)
@@ -39,13 +54,26 @@ def make_train_step(config):
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = tx.update(grads, state["opt_state"], params)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    keep_if_finite = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
+    keep_if_finite = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite & active, new, old))
     new_state = {"step": state["step"] + 1,
                  "params": keep_if_finite(optax.apply_updates(params, updates), params),
                  "opt_state": keep_if_finite(opt_state, state["opt_state"])}
     return new_state, {"loss": loss, "grad_norm": grad_norm, "lr": lr_at(state["step"]), "finite": finite}
 
   return step
+
+
+def make_train_step(config):
+  """step(state, batch) -> (state, metrics): one run, every value from `config`."""
+  step = _run_step(config)
+  return lambda state, batch_BT1: step(state, batch_BT1, {}, True)
+
+
+def make_cell_step(config, varying: tuple[str, ...]):
+  """step(state_K, batch_KBT1, hyper, active_K) -> (state_K, metrics_K): the runs of a cell,
+  `hyper` holding a [K] array for each of the `varying` HYPERPARAMETERS."""
+  step = _run_step(config)
+  return jax.vmap(step, in_axes=(0, 0, {key: 0 for key in varying}, 0), spmd_axis_name="trial")
 
 
 def make_eval_step(config):
@@ -62,15 +90,27 @@ def make_eval_step(config):
   return evaluate
 
 
-def compile_steps(config, mesh, state_shardings):
+def compile_steps(config, mesh, state_shardings, varying=None):
   """The train and eval steps, jitted with explicit shardings (the state is donated) and
-  traced under the mesh's activation layout."""
+  traced under the mesh's activation layout. With `varying` (a cell: `mesh` has a `trial`
+  axis, the state is stacked on it), the cell's steps: train(state_K, batch_KBT1, hyper,
+  active_K); eval(params_K, batch_BT1), every run on the same validation batch."""
   batch = sharding.batch_sharding(mesh, config.mesh)
   rep = sharding.replicated(mesh)
   options = cpu_split.compiler_options(mesh)
-  train_step = jax.jit(make_train_step(config), in_shardings=(state_shardings, batch),
-                       out_shardings=(state_shardings, rep), donate_argnums=0, compiler_options=options)
-  eval_step = jax.jit(make_eval_step(config), in_shardings=(state_shardings["params"], batch),
-                      out_shardings=rep, compiler_options=options)
+  if varying is None:
+    train_step = jax.jit(make_train_step(config), in_shardings=(state_shardings, batch),
+                         out_shardings=(state_shardings, rep), donate_argnums=0, compiler_options=options)
+    eval_step = jax.jit(make_eval_step(config), in_shardings=(state_shardings["params"], batch),
+                        out_shardings=rep, compiler_options=options)
+  else:
+    trials = sharding.trial_sharding(mesh)
+    train_step = jax.jit(make_cell_step(config, varying),
+                         in_shardings=(state_shardings, sharding.batch_sharding(mesh, config.mesh, trials=True),
+                                       trials, trials),
+                         out_shardings=(state_shardings, trials), donate_argnums=0, compiler_options=options)
+    eval_step = jax.jit(jax.vmap(make_eval_step(config), in_axes=(0, None), spmd_axis_name="trial"),
+                        in_shardings=(state_shardings["params"], batch), out_shardings=trials,
+                        compiler_options=options)
   return (sharding.under_layout(train_step, mesh, config.mesh),
           sharding.under_layout(eval_step, mesh, config.mesh))

@@ -19,6 +19,9 @@ class Page:
     self.figures = []
 
   def link(self, text: str, path) -> str:
+    """A link to a run's directory: relative to the report, or a bucket run's URI."""
+    if "://" in str(path):
+      return f"[{text}]({path})"
     return f"[{text}]({pathlib.Path(os.path.relpath(pathlib.Path(path).absolute(), self.out.absolute())).as_posix()})"
 
   def figure(self, fig, name: str, caption: str) -> str:

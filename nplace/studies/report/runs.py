@@ -9,7 +9,9 @@ import functools
 import json
 import pathlib
 
-from nplace.config import EXPERIMENTS, experiment
+from etils import epath
+
+from nplace.config import EXPERIMENTS, experiment, flatten
 from nplace.logs import events
 from nplace.probes import history
 from nplace.studies.sweep import FINISHED  # statuses whose summary is final
@@ -23,7 +25,7 @@ LR_SCAN = "lr_scan"  # a stability grid whose ARG names this is the learning-rat
 @dataclasses.dataclass
 class Run:
   name: str
-  path: pathlib.Path  # the run's workdir
+  path: epath.Path  # the run's workdir (local or in a bucket)
   summary: Summary | None  # summary.json; None while a trial has not finished
   overrides: dict  # dotted config key -> value (a sweep trial's); {} for a plain run
   command: str
@@ -33,7 +35,7 @@ class Run:
 @dataclasses.dataclass
 class Source:
   """The runs found under one DIR argument of `nplace report`."""
-  path: pathlib.Path
+  path: epath.Path
   study: str  # stability | lr_scan | collapse | growth | runs (anything else)
   config: str | None  # sweep.json's `config` (experiments/NAME.py:ARG)
   runs: list[Run]
@@ -53,7 +55,7 @@ def study_of(config: str | None) -> str:
 
 
 def load(path) -> Source:
-  path = pathlib.Path(path)
+  path = epath.Path(path)
   if (path / "sweep.json").is_file():
     sweep = _json(path / "sweep.json")
     try:
@@ -70,7 +72,7 @@ def load(path) -> Source:
   return Source(path, "runs", None, [_plain(d) for d in dirs])
 
 
-def _trial(root: pathlib.Path, trial: dict) -> Run:
+def _trial(root: epath.Path, trial: dict) -> Run:
   workdir = root / trial["workdir"]
   try:
     summary = (Summary.from_dict(trial["summary"], root / "sweep.json") if trial.get("summary")
@@ -81,21 +83,21 @@ def _trial(root: pathlib.Path, trial: dict) -> Run:
              trial.get("status") or (summary.status if summary else "pending"))
 
 
-def _plain(workdir: pathlib.Path) -> Run:
+def _plain(workdir: epath.Path) -> Run:
   summary = _read_summary(workdir)
   config = run_config(workdir)
   command = train_command(config, workdir) if config else f"nplace train --config ? --workdir {workdir}"
   return Run(workdir.name, workdir, summary, {}, command, summary.status)
 
 
-def _json(file: pathlib.Path):
+def _json(file: epath.Path):
   try:
     return json.loads(file.read_text())
   except (OSError, ValueError) as e:
     raise RunsError(f"{file}: {e}") from None
 
 
-def _read_summary(workdir: pathlib.Path) -> Summary | None:
+def _read_summary(workdir: epath.Path) -> Summary | None:
   file = workdir / "summary.json"
   try:
     return Summary.read(file) if file.is_file() else None
@@ -110,22 +112,11 @@ def value(run: Run, key: str):
 
 def run_config(workdir) -> dict | None:
   """The config (as a dict) saved with the run's newest checkpoint; None without one."""
-  steps = [d for d in (pathlib.Path(workdir) / "checkpoints").glob("*/config/metadata")
+  steps = [d for d in (epath.Path(workdir) / "checkpoints").glob("*/config/metadata")
            if d.parts[-3].isdigit()]
   if not steps:
     return None
   return _json(max(steps, key=lambda d: int(d.parts[-3])))
-
-
-def flatten(tree: dict, prefix: str = "") -> dict:
-  """{"a": {"b": 1}} -> {"a.b": 1}."""
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      flat |= flatten(value, f"{prefix}{key}.")
-    else:
-      flat[f"{prefix}{key}"] = value
-  return flat
 
 
 def train_command(config: dict, workdir) -> str:

@@ -1,0 +1,233 @@
+"""Batched trials (`nplace sweep --batch K`) as a user runs them: a cell of seeds trains each
+trial as it trains alone; a diverging trial stops alone; SIGKILL, then SIGTERM, mid-cell; each
+trial stays a run of its own (eval, probe, report); which trials share a cell."""
+import json
+import math
+import os
+import pathlib
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from nplace.commands import main, sweep as sweep_command
+from nplace.config import experiment as load_experiment
+from nplace.errors import ConfigError
+from nplace.logs import events
+from nplace.runtime import sharding
+from nplace.studies import grid, sweep
+from nplace.train import cell as cell_lib
+from nplace.train.summary import Summary
+
+NPLACE = pathlib.Path(sys.executable).parent / "nplace"
+
+
+def main_command_config(spec):
+  """The config `nplace sweep --config SPEC` parses."""
+  return sweep_command.COMMAND.parse(["--config", spec])[0].config
+GRID = '''
+from nplace.config import experiment
+
+
+def get_config(arg="seeds"):
+  c = experiment("tiny", "pre")  # the tiny preset, smaller still: these tests compile and train it
+  c.model.update(n_layer=2, d_model=64)
+  c.data.update(seq_len=32, synthetic_tokens=1 << 17)
+  c.train.update(steps=40 if arg == "pair" else 20, batch_size=8, log_every=1, eval_every=10, eval_batches=1)
+  c.optim.warmup_steps = 5
+  c.checkpoint.every = 10
+  c.eval.rouge = False
+  return c
+
+
+def get_sweep(arg="seeds"):
+  if arg == "seeds":
+    return [{"seed": s} for s in range(3)]
+  if arg == "diverge":
+    return [{"optim.lr": 2e-3, "seed": 0}, {"optim.lr": 1e30, "seed": 0}, {"optim.lr": 3e-3, "seed": 1}]
+  if arg == "pair":
+    return [{"optim.lr": 2e-3, "seed": 0}, {"optim.lr": 3e-3, "seed": 1}]
+  return [{"model.placement": p, "model.dt": dt, "seed": s} for p in ("pre", "peri") for dt in (1.0, 0.5)
+          for s in (0, 1)]
+'''
+SEEDS = ["seed=0", "seed=1", "seed=2"]
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+  path = tmp_path_factory.mktemp("experiments") / "cells.py"
+  path.write_text(GRID)
+  return path
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  return dict(os.environ, NPLACE_CACHE=str(tmp_path_factory.mktemp("cache") / "data"), JAX_PLATFORMS="cpu")
+
+
+def nplace(*args, env):
+  done = subprocess.run([NPLACE, *map(str, args)], env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  return done
+
+
+@pytest.fixture(scope="module")
+def seeds(experiment, env, tmp_path_factory):
+  """The 3-seed grid as one cell (probed every 10 steps) and one trial after another."""
+  root = tmp_path_factory.mktemp("seeds")
+  cell = nplace("sweep", "--config", f"{experiment}:seeds", "--workdir", root / "cell", "--batch", 3,
+                "--config.probe.every=10", "--config.probe.power_iters=0", env=env)
+  nplace("sweep", "--config", f"{experiment}:seeds", "--workdir", root / "alone", env=env)
+  return root, cell.stdout
+
+
+def scalars(run_dir, tag):
+  return events.read_scalars(run_dir)[tag]
+
+
+def test_a_cell_of_seeds_trains_each_trial_as_it_trains_alone(seeds):
+  """Every logged train loss and eval loss of each trial, in the cell against alone. rtol 1e-5:
+  float32 rounding only (the cell's batched matmuls and the lone run's all-reduce over the two
+  devices sum in other orders); measured ~2e-7 after 20 AdamW steps."""
+  root, stdout = seeds
+  assert "cell: 3 runs in one program (seed=0, seed=1, seed=2), differing in the seed" in stdout
+  for name in SEEDS:
+    for tag in ("train/loss", "eval/loss"):
+      (cell_steps, in_cell), (alone_steps, alone) = scalars(root / "cell" / name, tag), scalars(root / "alone" / name, tag)
+      assert cell_steps.tolist() == alone_steps.tolist() and len(cell_steps) >= 3
+      np.testing.assert_allclose(in_cell, alone, rtol=1e-5, err_msg=f"{name} {tag}")
+  first = [scalars(root / "cell" / name, "train/loss")[1][0] for name in SEEDS]
+  assert len(set(first)) == 3  # each its own init and data
+  record = json.loads((root / "cell" / "sweep.json").read_text())
+  assert [t["status"] for t in record["trials"]] == ["completed"] * 3
+
+
+def test_each_trial_of_a_cell_is_a_run_of_its_own(seeds, experiment, env, tmp_path):
+  """Its own checkpoints, probes and summary: `nplace eval` and `nplace probe` read it alone."""
+  root, _ = seeds
+  run = root / "cell" / "seed=1"
+  summary = Summary.read(run / "summary.json")
+  saved = lambda d: sorted(int(p.name) for p in (d / "checkpoints").iterdir())
+  assert saved(run) == saved(root / "alone" / "seed=1") and saved(run)[-2:] == [10, 20]
+  nplace("eval", "--workdir", run, "--json", tmp_path / "eval.json", env=env)
+  assert json.loads((tmp_path / "eval.json").read_text())["val_loss"] == pytest.approx(summary.val_loss, rel=1e-6)
+  similarity = {name: scalars(root / "cell" / name, "probe/similarity/layer_002") for name in SEEDS}
+  assert all(s[0].tolist() == [0, 10, 20] for s in similarity.values())
+  assert len({float(s[1][-1]) for s in similarity.values()}) == 3  # each probed on its own slice
+  nplace("probe", "--config", f"{experiment}:seeds", "--config.seed=1", "--config.probe.power_iters=0",
+         "--workdir", run, "--json", tmp_path / "probe.json", env=env)
+  probed = json.loads((tmp_path / "probe.json").read_text())
+  assert probed["step"] == 20 and probed["similarity"][-1] == pytest.approx(float(similarity["seed=1"][1][-1]), rel=1e-4)
+
+
+def test_report_gives_the_batched_grid_the_table_of_the_unbatched_one(seeds, env, tmp_path):
+  root, _ = seeds
+  tables = {}
+  for which in ("cell", "alone"):
+    nplace("report", root / which, "--out", tmp_path / which, env=env)
+    text = (tmp_path / which / "report.md").read_text()
+    rows = [re.sub(r"\]\([^)]*\)", "]", line) for line in text.splitlines() if line.startswith("| [seed=")]
+    tables[which] = [row.split("|")[1:6] for row in rows]  # run (its link's text), status, outcome, step, val loss
+  assert len(tables["cell"]) == 3
+  for cell_row, alone_row in zip(tables["cell"], tables["alone"]):
+    assert cell_row[:4] == alone_row[:4]  # run, status, outcome, step
+    assert float(cell_row[4]) == pytest.approx(float(alone_row[4]), abs=2e-4)  # val loss, 4 decimals
+
+
+@pytest.mark.parametrize("mode", ["stop", "skip"])
+def test_a_diverging_trial_stops_alone_while_the_others_train_on(experiment, tmp_path, monkeypatch, mode):
+  monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "cache"))
+  assert main.main(["sweep", "--config", f"{experiment}:diverge", "--workdir", str(tmp_path), "--batch", "3",
+                    f"--config.train.on_divergence={mode}"]) == 0
+  summaries = {name: Summary.read(tmp_path / name / "summary.json")
+               for name in ("lr=0.002,seed=0", "lr=1e+30,seed=0", "lr=0.003,seed=1")}
+  huge = summaries.pop("lr=1e+30,seed=0")
+  if mode == "stop":
+    assert huge.status == "diverged" and huge.diverged_at is not None and huge.diverged_at <= 5
+  else:
+    assert huge.status == "completed" and huge.skipped_steps > 10
+  for name, s in summaries.items():
+    assert s.status == "completed" and s.step == 20 and s.skipped_steps == 0 and math.isfinite(s.val_loss), name
+    steps_logged, losses = scalars(tmp_path / name, "train/loss")
+    assert steps_logged.tolist() == list(range(1, 21)) and np.isfinite(losses).all()
+
+
+def pair(experiment, workdir):
+  return [NPLACE, "sweep", "--config", f"{experiment}:pair", "--workdir", str(workdir), "--batch", "2"]
+
+
+def wait_for(proc, path, timeout=300):
+  deadline = time.time() + timeout
+  while not path.exists():
+    assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+    time.sleep(0.01)
+
+
+def test_a_cell_killed_then_preempted_resumes_every_trial_exactly(experiment, env, tmp_path):
+  """Two runs over the two CPU devices (the trial axis: no all-reduce), 40 steps. SIGKILL after
+  the step-20 checkpoints and a rerun; SIGTERM after step 30's: every run saves one step and
+  says `preempted`; a second rerun ends with every train loss equal to the uninterrupted cell's."""
+  names = ["lr=0.002,seed=0", "lr=0.003,seed=1"]
+  subprocess.run(pair(experiment, tmp_path / "whole"), env=env, check=True, capture_output=True, timeout=600)
+  workdir = tmp_path / "interrupted"
+  proc = subprocess.Popen(pair(experiment, workdir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+  wait_for(proc, workdir / names[1] / "checkpoints" / "20")
+  proc.kill()
+  proc.wait()
+  assert not (workdir / names[0] / "summary.json").exists()
+  proc = subprocess.Popen(pair(experiment, workdir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+  wait_for(proc, workdir / names[0] / "checkpoints" / "30")
+  proc.send_signal(signal.SIGTERM)
+  out, _ = proc.communicate(timeout=300)
+  assert proc.returncode == 0 and "sweep: preempted; rerun the same command to resume" in out, out[-2000:]
+  assert "'trial': 2" in out  # one run per device
+  summaries = [Summary.read(workdir / name / "summary.json") for name in names]
+  assert {s.status for s in summaries} == {"preempted"} and summaries[0].step == summaries[1].step < 40
+  for name in names:
+    assert (workdir / name / "checkpoints" / str(summaries[0].step)).is_dir()
+  done = subprocess.run(pair(experiment, workdir), env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0 and "2 completed" in done.stdout, done.stdout[-3000:]
+  for name in names:
+    whole, resumed = scalars(tmp_path / "whole" / name, "train/loss"), scalars(workdir / name, "train/loss")
+    assert whole[0].tolist() == resumed[0].tolist() == list(range(1, 41))
+    np.testing.assert_array_equal(whole[1], resumed[1], err_msg=name)
+
+
+def test_trials_share_a_cell_only_where_one_program_serves_them(experiment):
+  base = main_command_config(f"{experiment}:mixed")
+  trials = grid.expand(f"{experiment}:mixed", base, [], pathlib.Path("w"))  # pre, peri x dt 1, 0.5 x 2 seeds
+  placement = lambda i: trials[i].config.model.placement
+  cells = sweep.cells(trials, list(range(8)), 4)
+  assert [[placement(i) for i in c] for c in cells] == [["pre"] * 4, ["peri"] * 4]
+  assert [len(c) for c in sweep.cells(trials, list(range(8)), 3)] == [3, 1, 3, 1]
+  assert sweep.cells(trials, list(range(8)), 1) == [[i] for i in range(8)]
+  assert cell_lib.varying([trials[i].config for i in cells[0]]) == ("model.dt",)
+  with pytest.raises(ConfigError, match="model.placement"):
+    cell_lib.varying([trials[0].config, trials[4].config])
+
+
+def test_list_prints_one_runnable_command_per_cell(experiment, tmp_path, capsys, monkeypatch):
+  monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "cache"))
+  argv = ["sweep", "--config", f"{experiment}:mixed", "--workdir", str(tmp_path), "--batch", "3"]
+  assert main.main([*argv, "--list"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert [line.split("\t")[0] for line in lines] == ["cell-000", "cell-001", "cell-002", "cell-003"]
+  command = shlex.split(lines[3].split("\t")[1])
+  assert command[:2] == ["nplace", "sweep"] and command[-1] == "--cell=3" and "--list" not in command
+  assert main.main([*command[1:], "--config.train.steps=2"]) == 0  # cell 3: peri's fourth trial alone
+  record = json.loads((tmp_path / "sweep.json").read_text())
+  assert [t["status"] for t in record["trials"]] == ["pending"] * 7 + ["completed"]
+  assert main.main([*argv, "--cell", "4"]) == 2
+  assert "--cell 4: --batch 3 makes 4 cells" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("trials,devices,ways", [(8, 2, 2), (3, 2, 1), (4, 8, 4), (16, 8, 8), (6, 4, 2)])
+def test_the_trial_axis_takes_the_devices_that_divide_the_cell(trials, devices, ways):
+  assert sharding.trial_ways(load_experiment("tiny").mesh, devices, trials) == ways
