@@ -16,7 +16,7 @@ SEEDS = range(3)
 def get_config(arg: str = "cpu"):
   if arg != "cpu":
     raise ValueError(f"placements variant {arg!r}: expected cpu")
-  c = experiment("stability", "cpu")
+  c = experiment("stability", "v0_stress")
   # the lab's probes (training leaves probe.every at 0): spectral norms cost O(L^2) passes
   c.probe.update(power_iters=0, hutchinson_probes=2)
   return c

@@ -76,6 +76,8 @@ class ModelConfig(Section):
                   ("layernorm", "rmsnorm", "dyt"))
   norm_eps: float = key(1e-5, "epsilon inside the norm's square root")
   embed_norm: bool = key(False, "a norm on the embedding output (Peri-LN paper's option)")
+  embed_scale: float = key(1.0, "multiplies the token embedding at the input (Gemma: sqrt(d_model)); the tied "
+                           "head reads the table unscaled")
   dt: float = key(1.0, "residual step: h + dt * branch")
   attention: str = key("softmax", "softmax | centered (softmax minus the prefix average; study B ablation)",
                        ("softmax", "centered"))
@@ -316,6 +318,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       "the centered ablation needs the probabilities: use xla or auto")
   _positive("model.dt", m.dt)
   _positive("model.norm_eps", m.norm_eps)
+  _positive("model.embed_scale", m.embed_scale)
   _positive("model.init_std", m.init_std)
   _positive("data.seq_len", config.data.seq_len)
   _positive("model.head_vocab_multiple", m.head_vocab_multiple)

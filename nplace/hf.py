@@ -32,7 +32,7 @@ HF_FIXED = {  # HF GPT-2 options nplace has only at these values
     "tie_word_embeddings": True, "add_cross_attention": False}
 GPT2_ARCH = {  # nplace model keys at which HF's GPT-2 holds the model
     "placement": "pre", "norm": "layernorm", "mlp": "gelu", "attention": "softmax",
-    "use_bias": True, "embed_norm": False, "dt": 1.0, "qk_norm": False}
+    "use_bias": True, "embed_norm": False, "embed_scale": 1.0, "dt": 1.0, "qk_norm": False}
 GPT2_SIZES = ("124m", "350m", "774m", "1.5b")  # experiments/gpt2.py's presets
 PREFIX = "transformer."  # what GPT2LMHeadModel.save_pretrained puts before every name
 BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers some checkpoints carry

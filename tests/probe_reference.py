@@ -11,9 +11,7 @@ def layer(params, l):
   return jax.tree.map(lambda x: x[l], params["blocks"])
 
 
-def embed(params, tokens, m):
-  h = params["wte"]["embedding"][tokens] + params["wpe"]["embedding"][:tokens.shape[1]]
-  return reference.norm(params["embed_norm"], h, m.norm, m.norm_eps) if m.embed_norm else h
+embed = reference.embed
 
 
 def blocks_from(params, h, l, m, stop=None):

@@ -77,11 +77,14 @@ def block(p, h, m, dt=None, l=1):
   return h
 
 
+def embed(params, tokens, m):
+  """The stream entering block 1: token (times embed_scale) + position, normed with embed_norm."""
+  h = params["wte"]["embedding"][tokens] * m.embed_scale + params["wpe"]["embedding"][:tokens.shape[1]]
+  return norm(params["embed_norm"], h, m.norm, m.norm_eps) if m.embed_norm else h
+
+
 def decoder(params, tokens, m):
-  T = tokens.shape[1]
-  h = params["wte"]["embedding"][tokens] + params["wpe"]["embedding"][:T]
-  if m.embed_norm:
-    h = norm(params["embed_norm"], h, m.norm, m.norm_eps)
+  h = embed(params, tokens, m)
   for l in range(m.n_layer):
     h = block(jax.tree.map(lambda x: x[l], params["blocks"]), h, m, m.dt, l + 1)
   if m.placement not in ("post", "deepnorm", "rezero"):  # these end on a norm, or have none

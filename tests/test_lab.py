@@ -222,7 +222,7 @@ def test_placements_grid_covers_every_placement_and_reports_as_study_a(tmp_path)
   trials = grid.expand(spec, experiment("placements"), [], tmp_path)
   assert sorted((t.config.model.placement, t.config.seed) for t in trials) == sorted(
       (p, s) for p in PLACEMENTS for s in range(3))
-  stress = experiment("stability", "cpu")
+  stress = experiment("stability", "v0_stress")
   assert all(t.config.optim.lr == stress.optim.lr and t.config.model.n_layer == stress.model.n_layer
              for t in trials)
   assert report_runs.study_of("experiments/placements.py") == "stability"

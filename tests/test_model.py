@@ -60,11 +60,13 @@ def test_centered_attention_block_equals_formula(make_config, placement):
                              reference.block(layer(params, 1), h, cfg, cfg.dt), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("placement,embed_norm,remat", [
-    ("post", False, "full"), ("pre", False, "dots"), ("peri", True, "none"), ("peri", False, "dots_no_batch")])
-def test_decoder_equals_formula(make_config, placement, embed_norm, remat):
+@pytest.mark.parametrize("placement,embed_norm,remat,embed_scale", [
+    ("post", False, "full", 1.0), ("pre", False, "dots", 1.0), ("peri", True, "none", 1.0),
+    ("peri", False, "dots_no_batch", 8.0)])
+def test_decoder_equals_formula(make_config, placement, embed_norm, remat, embed_scale):
   """Scanned, rematerialised stack == the layers applied one by one."""
-  cfg = make_config(placement=placement, embed_norm=embed_norm, remat=remat, n_layer=3, dt=0.5).model
+  cfg = make_config(placement=placement, embed_norm=embed_norm, remat=remat, n_layer=3, dt=0.5,
+                    embed_scale=embed_scale).model
   params = random_params(cfg, jax.random.key(4), std=0.2)
   tokens = jax.random.randint(jax.random.key(5), (2, 11), 0, cfg.vocab_size)
   np.testing.assert_allclose(decoder.apply(cfg, params, tokens), reference.decoder(params, tokens, cfg),

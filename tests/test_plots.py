@@ -8,7 +8,8 @@ def test_curves_with_reference_lines():
   fig = plots.curves({"post": ([1, 2, 3], [4.0, 3.0, 2.5]), "peri": ([1, 2, 3], [4.0, 2.0, 1.5])}, "step",
                      "loss (nats)", "loss", hlines={"frequency loss": 4.48})
   ax = fig.axes[0]
-  assert [t.get_text() for t in ax.get_legend().get_texts()] == ["post", "peri", "frequency loss"]
+  assert [t.get_text() for t in ax.get_legend().get_texts()] == ["post", "peri"]
+  assert [t.get_text() for t in ax.texts] == ["frequency loss"]  # labelled on its line instead
   assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) == ("step", "loss (nats)", "loss")
   drawn = {line.get_label(): line for line in ax.get_lines()}
   np.testing.assert_allclose(drawn["peri"].get_ydata(), [4.0, 2.0, 1.5])
@@ -22,3 +23,14 @@ def test_a_flat_series_is_not_stretched():
   assert hi - lo >= 0.2
   lo, hi = plots.limits(np.array([1e-3, 1.1e-3]), log=True)
   assert np.log10(hi / lo) >= plots.MIN_DECADES
+
+
+def test_dots_draw_each_value_and_the_mean_per_row():
+  fig = plots.dots({"Pre-LN": [2.0, 2.2], "Peri-LN": [4.4, 4.5, 4.6]}, "final val loss",
+                   vlines={"frequency loss 4.48": 4.48})
+  ax = fig.axes[0]
+  assert [t.get_text() for t in ax.get_yticklabels()] == ["Pre-LN", "Peri-LN"]  # top to bottom
+  dots_, bar = ax.get_lines()[2:4]  # Peri-LN's row
+  np.testing.assert_allclose(dots_.get_xdata(), [4.4, 4.5, 4.6])
+  np.testing.assert_allclose(bar.get_xdata(), [4.5, 4.5])
+  assert [t.get_text() for t in ax.texts] == ["frequency loss 4.48"]

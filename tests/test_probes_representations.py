@@ -22,6 +22,10 @@ def test_similarity_and_rank_ratio_match_naive():
   h_LBTD = rng.normal(size=(3, 2, 9, 16)) + np.array([0.0, 0.5, 2.0])[:, None, None, None] * rng.normal(size=16)
   np.testing.assert_allclose(representations.similarity(h_LBTD), [naive_similarity(h) for h in h_LBTD],
                              rtol=1e-5, atol=1e-6)
+  # centered: the batch's mean token removed first, so the shared direction no longer counts
+  centered = [naive_similarity(h - h.reshape(-1, 16).mean(0)) for h in h_LBTD]
+  np.testing.assert_allclose(representations.similarity(h_LBTD, centered=True), centered, rtol=1e-4, atol=1e-5)
+  assert abs(centered[2]) < 0.2 < naive_similarity(h_LBTD[2])
   want = [np.mean([np.sum(h[b].mean(0) ** 2) / np.mean(np.sum(h[b] ** 2, -1)) for b in range(2)])
           for h in h_LBTD]
   np.testing.assert_allclose(representations.rank_ratio(h_LBTD), want, rtol=1e-5)

@@ -15,7 +15,7 @@ import tensorboardX
 
 from nplace.commands import main, train as train_command
 from nplace.studies import fits, outcomes
-from nplace.studies.report import runs
+from nplace.studies.report import runs, verdicts
 from nplace.train.summary import Summary
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -23,6 +23,17 @@ NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 PNG = b"\x89PNG\r\n\x1a\n"
 GRID_FILE = """
 from nplace.config import experiment
+from nplace.studies.protocol import Claim, Protocol, Threshold
+
+ARMS = {"Pre-LN": {"model.placement": "pre"}, "Peri-LN": {"model.placement": "peri"}}
+
+
+def protocol(arg="test"):
+  return Protocol("test grid", 1, "Pre-LN at a huge learning rate.", 2, 100, 0, 0.95,
+                  (Threshold("min_effect", 0.05, "nats"), Threshold("did_not_learn", 0.1, "fraction"),
+                   Threshold("spike_rebound", 1.0, "nats")),
+                  (Claim("pre_diverges_more", "Pre-LN diverges more often", "divergences",
+                         better="Peri-LN", worse="Pre-LN"),))
 
 
 def get_config(arg="test"):
@@ -97,6 +108,23 @@ def trials(root) -> list[dict]:
   for t in out:
     t["summary"] = Summary.read(root / t["workdir"] / "summary.json")
   return out
+
+
+def test_results_file_a_sweep_and_regenerate_the_readme_from_them_alone(grid, tmp_path, env):
+  results_dir = tmp_path / "results"
+  results_dir.mkdir()
+  done = nplace("report", "--results", results_dir, grid, env=env)
+  assert "filed 4 trials" in done.stdout
+  filed = [json.loads(line) for line in (results_dir / "stability_test" / "trials.jsonl").read_text().splitlines()]
+  assert sorted(t["overrides"]["model.placement"] for t in filed) == ["peri", "peri", "pre", "pre"]
+  assert all(t["loss"] and t["warmup"] == 1 and t["vocab_size"] == 512 for t in filed if t["summary"]["status"] != "diverged")
+  text = (results_dir / "README.md").read_text()
+  assert "test grid, protocol v1" in text and figures(results_dir, text)
+  assert table(text, "| claim |")[0]["verdict"] == "**reproduced**"  # Pre-LN 2 of 2 diverged, Peri-LN 0
+  assert [(r["arm"], r["lr"], r["diverged"], r["learned"]) for r in table(text, "| shape | arm | lr |")] == [
+      ("Pre-LN", "1e+30", "2", "0"), ("Peri-LN", "-", "0", "0")]
+  verdicts.write(results_dir)  # again, from the filed results alone: the same page
+  assert (results_dir / "README.md").read_text() == text
 
 
 def test_study_a_table_counts_what_the_summaries_say(grid, tmp_path, env):
@@ -207,18 +235,27 @@ def test_study_b_section_verdicts_and_gradient_ratio(tmp_path, capsys):
   steps = [0, 10, 20]
   grad_h = {"post": [[1.0, 1.0], [1e-2, 1.0], [1e-4, 2.0]], "post_centered": [[1.0, 1.0]] * 3}
   for name, g in grad_h.items():
+    factors = np.full((3, 4), 0.9)
+    factors[:, 0] = 50.0  # the first site (it reads the embedding) is left out of the summary
+    factors[2, 1:] = [0.5, 0.8, 1.1]
     write_probes(tmp_path / name, steps, {"grad_h": blocks(g), "similarity": blocks(np.full((3, 2), 0.5)),
-                                          "norm_backward": sublayers(np.full((3, 4), 0.9))})
+                                          "norm_backward": sublayers(factors)})
   write_sweep(tmp_path, "experiments/collapse.py:cpu", {
       "post": ({"model.placement": "post"}, SUMMARY | {"val_loss": 4.5}),
       "post_centered": ({"model.attention": "centered"}, SUMMARY | {"val_loss": 3.0})})
   report(tmp_path, "--out", tmp_path / "out", capsys=capsys)
   text = (tmp_path / "out" / "report.md").read_text()
   assert len(figures(tmp_path / "out", text)) == 2 + 2 * 2  # loss, ratio, 2 heatmaps per run
-  assert [r["collapsed"] for r in table(text, "| run | overrides | status |")] == ["yes", "no"]
+  verdicts_b = table(text, "| run | overrides | status |")
+  assert [r["collapsed"] for r in verdicts_b] == ["yes", "no"]
+  assert [r["collapsed on the plateau"] for r in verdicts_b] == ["no", "no"]  # train loss 5, 4, 3: falling
   ratio = {r["run"].split("]")[0][1:]: r for r in table(text, "| run | overrides | ratio")}
   assert float(ratio["post"]["ratio, last probe"]) == pytest.approx(5e-5)
   assert float(ratio["post_centered"]["ratio, last probe"]) == 1.0
+  backward = table(text, "| run | probe | steps |")[0]
+  assert (backward["steps"], backward["mean factor"], backward["min factor"]) == (
+      "0 → 20", "0.900 → 0.800", "0.900 → 0.500")
+  assert backward["product"] == "0.73 → 0.44"
 
 
 def test_fits_prefer_the_shape_the_data_has():

@@ -1,31 +1,71 @@
 """Writes report.md and its PNG figures for sweeps and runs: one section per directory, chosen by
 what it holds (a study's grid, a learning-rate scan, or plain runs): failure tables, loss
 curves against the frequency-loss and entropy-rate lines, probe heatmaps and fits, and the
-command behind every run."""
+command behind every run.
+
+With --results RESULTS (the repository's results/), each DIR (a finished sweep) is filed as
+RESULTS/<grid>_<variant>/ (summaries and logged losses, nplace/studies/results.py), and
+RESULTS/README.md is regenerated from everything filed there, judged by each grid's protocol."""
+import re
+import shlex
+
 from absl import flags
 from etils import epath
 
+from nplace.commands import train
 from nplace.commands.flags import Command
 from nplace.errors import UsageError
-from nplace.studies.report import build, runs
+from nplace.studies import results
+from nplace.studies.report import build, runs, verdicts
 
 
 def _define(fv):
-  flags.DEFINE_string("out", None, "report directory: report.md, figures/ (required)", flag_values=fv)
+  flags.DEFINE_string("out", None, "report directory: report.md, figures/", flag_values=fv)
+  flags.DEFINE_string("results", None, "the results directory to file the sweeps in and regenerate "
+                      "(README.md, figures/) instead of writing --out", flag_values=fv)
 
 
-COMMAND = Command("nplace report DIR... --out OUT", __doc__, _define, config="none", args=True)
+COMMAND = Command("nplace report DIR... --out OUT | nplace report --results RESULTS [SWEEP_DIR...]",
+                  __doc__, _define, config="none", args=True)
+
+
+def results_name(config: str) -> str:
+  """`experiments/stability.py:cpu` -> `stability_cpu`."""
+  file, _, arg = config.partition(":")
+  return re.sub(r"[^\w.-]+", "_", "_".join(p for p in (epath.Path(file).stem, arg) if p))
+
+
+def _trained_config(run):
+  """The config the trial's `nplace train` command trains."""
+  return train.COMMAND.parse(shlex.split(run.command)[2:])[0].config
 
 
 def main(argv):
   fv, dirs = COMMAND.parse(argv)
+  for d in dirs:
+    if not epath.Path(d).is_dir():
+      raise UsageError(f"no such directory {d!r}")
+  if fv.results:
+    if fv.out:
+      raise UsageError("--out and --results: give one")
+    if not epath.Path(fv.results).is_dir():
+      raise UsageError(f"--results {fv.results!r}: no such directory")
+    try:
+      for d in dirs:
+        config = runs.load(d).config
+        if not config:
+          raise UsageError(f"{d}: not a sweep (no sweep.json): only sweeps are filed as results")
+        study = results.export(d, epath.Path(fv.results) / results_name(config), _trained_config)
+        print(f"filed {len(study.trials)} trials of {d} in {study.path}")
+      path = verdicts.write(fv.results)
+    except runs.RunsError as e:
+      raise UsageError(str(e)) from None
+    print(f"results: {path}")
+    return
   if not dirs:
     raise UsageError("name at least one sweep or run directory")
   if not fv.out:
     raise UsageError("--out is required")
-  for d in dirs:
-    if not epath.Path(d).is_dir():
-      raise UsageError(f"no such directory {d!r}")
   try:
     path = build.write(dirs, fv.out)
   except runs.RunsError as e:

@@ -143,8 +143,10 @@ def set_yscale(ax, log):
 
 
 @styled
-def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None) -> Figure:
-  """Several runs on one axis: label -> (x, y); `hlines` label -> y drawn dashed."""
+def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None, legend_above=False) -> Figure:
+  """Several runs on one axis: label -> (x, y); `hlines` label -> y drawn dashed and labelled on
+  the line at the axis' left edge (not in the legend, which then lists only the runs).
+  `legend_above`: the legend in a row above the axes, clear of the data, in place of the title."""
   fig, ax = new_figure()
   set_yscale(ax, log_y)
   if log_x:
@@ -159,11 +161,50 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None)
     shown.append(np.array([y], np.float64))
   if shown:
     set_ylim(ax, np.concatenate(shown), log_y)
-  crowded = len(shown) > 4  # smaller and see-through, so a legend over data hides none of it
-  ax.legend(loc="best", fontsize=8 if crowded else None, framealpha=0.5 if crowded else None)
+  lo, hi = np.log(ax.get_ylim()) if log_y else ax.get_ylim()
+  for label, y in (hlines or {}).items():  # on the side of the line facing the middle of the view
+    upper = (np.log(y) if log_y else y) > (lo + hi) / 2
+    ax.annotate(label, (0.0, y), xycoords=ax.get_yaxis_transform(), xytext=(4, -2 if upper else 2),
+                textcoords="offset points", ha="left", va="top" if upper else "bottom", fontsize=9, color="0.3")
+  crowded = len(series) > 4  # smaller and see-through, so a legend over data hides none of it
+  handles = ax.get_lines()[:len(series)]
+  if series and legend_above:
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(series),
+              fontsize=9, frameon=False, handlelength=1.2, columnspacing=1.0)
+  elif series:
+    ax.legend(handles=handles, loc="best", fontsize=8 if crowded else None, framealpha=0.5 if crowded else None)
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
-  ax.set_title(title)
+  if not legend_above:
+    ax.set_title(title)
+  return fig
+
+
+@styled
+def dots(values, xlabel, vlines=None) -> Figure:
+  """One row per label (top to bottom): each value a dot, their mean a bar; `vlines` label -> x
+  drawn dashed and labelled along the line. For a few configurations' final losses side by side."""
+  fig = Figure(figsize=(WIDTH / DPI, HEIGHT / DPI), dpi=DPI)
+  fig.subplots_adjust(left=0.42, right=0.97, bottom=0.16, top=0.9)
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot()
+  labels = list(values)
+  for row, label in enumerate(labels):
+    x = np.asarray(values[label], np.float64)
+    ax.plot(x, np.full(x.shape, row), "o", ms=4, color="tab:blue", alpha=0.7)
+    ax.plot([np.nanmean(x)] * 2, [row - 0.3, row + 0.3], color="tab:blue", lw=2)
+  shown = np.concatenate([np.asarray(v, np.float64) for v in values.values()] + [list((vlines or {}).values())])
+  lo, hi = np.nanmin(shown), np.nanmax(shown)
+  ax.set_xlim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+  for label, x in (vlines or {}).items():  # labelled along the line, on its inner side
+    right = x > (lo + hi) / 2
+    ax.axvline(x, color="0.4", ls="--", lw=1.2)
+    ax.annotate(label, (x, 0.02), xycoords=ax.get_xaxis_transform(), xytext=(-3 if right else 3, 0),
+                textcoords="offset points", ha="right" if right else "left", va="bottom", rotation=90,
+                fontsize=9, color="0.3")
+  ax.set_yticks(range(len(labels)), labels, fontsize=9)
+  ax.set_ylim(len(labels) - 0.5, -0.5)
+  ax.set_xlabel(xlabel)
   return fig
 
 

@@ -50,7 +50,7 @@ class Decoder(nn.Module):
     wpe = nn.Embed(cfg.max_len, cfg.d_model, name="wpe",
                    embedding_init=nn.with_logical_partitioning(embed_init, ("position", "embed")))
     T = tokens_BT.shape[1]
-    h_BTD = constrain((wte(tokens_BT) + wpe(jnp.arange(T))[None]).astype(cfg.dtype), RESIDUAL)
+    h_BTD = constrain((wte(tokens_BT) * cfg.embed_scale + wpe(jnp.arange(T))[None]).astype(cfg.dtype), RESIDUAL)
     if cfg.embed_norm:
       h_BTD = Norm(cfg, name="embed_norm")(h_BTD)
     h_BTD = self.perturb("h0", h_BTD)

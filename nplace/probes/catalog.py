@@ -23,6 +23,8 @@ _BLOCK = {
     "grad_h": Probe("block", "|dL/dh_l| / sqrt(N)", log=True),
     "local_sensitivity": Probe("block", "|J_l - I|_F / sqrt(Td)", log=True),
     "similarity": Probe("block", "mean cosine between tokens", log=False, ylim=(0.0, 1.0)),
+    "similarity_centered": Probe("block", "mean cosine between tokens, batch-mean token removed", log=False,
+                                 ylim=(-1.0, 1.0)),
     "rank_ratio": Probe("block", "|mean h|^2 / mean |h|^2", log=False, ylim=(0.0, 1.0)),
     "mean_abs": Probe("block", "mean |h|", log=True),
     "var_entry": Probe("block", "variance over features", log=True),
@@ -49,7 +51,7 @@ PROBES = _BLOCK | _SOURCE | _SUBLAYER | _SINGLE
 
 # Probes drawn as layer x step heatmaps over training (study B's picture: similarity rises
 # early, the backward factor falls below 1).
-HEATMAPS = ("similarity", "rms", "grad_h", "jacobian_frobenius",
+HEATMAPS = ("similarity", "similarity_centered", "rms", "grad_h", "jacobian_frobenius",
             "norm_backward", "norm_in_backward", "norm_out_backward")
 
 

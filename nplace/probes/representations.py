@@ -3,10 +3,15 @@ rank-collapse ratio and the hidden-state moments (all O(T d) per sequence)."""
 import jax.numpy as jnp
 
 
-def similarity(h_XBTD):
-  """Mean off-diagonal cosine between positions, uncentered (what RMSNorm sees), averaged
-  over sequences: S = (|sum_i u_i|^2 - T) / (T (T-1)) with u_i = h_i / |h_i|."""
+def similarity(h_XBTD, centered: bool = False):
+  """Mean off-diagonal cosine between positions, averaged over sequences:
+  S = (|sum_i u_i|^2 - T) / (T (T-1)) with u_i = h_i / |h_i|. Uncentered it is what RMSNorm
+  sees, and a direction every token shares (the unigram direction) counts as cloning;
+  `centered` first subtracts the mean token over the batch (all B*T positions), so only
+  resemblance beyond that shared direction counts."""
   h = h_XBTD.astype(jnp.float32)
+  if centered:
+    h = h - jnp.mean(h, axis=(-3, -2), keepdims=True)
   T = h.shape[-2]
   u = h / jnp.maximum(jnp.linalg.norm(h, axis=-1, keepdims=True), 1e-30)
   total_XB = jnp.sum(jnp.square(jnp.sum(u, axis=-2)), -1)

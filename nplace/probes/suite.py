@@ -17,7 +17,7 @@ def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
   """Probe name -> per-layer array, on a `[B, T+1]` batch.
 
   Per layer l = 1..L (block outputs): grad_h, grad_<matrix>, local_sensitivity, similarity,
-  rank_ratio, mean_abs, var_entry, var_data, rms, attention_tv, attention_entropy.
+  similarity_centered, rank_ratio, mean_abs, var_entry, var_data, rms, attention_tv, attention_entropy.
   Per source layer l = 0..L-1 of J_{l->L}: jacobian_frobenius, jacobian_spectral (on the
   first spectral_batch sequences; absent when power_iters = 0, as it costs O(L^2) passes).
   Per sublayer (2L): <role>_scale, <role>_backward (role norm | norm_in | norm_out); per
@@ -43,6 +43,7 @@ def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
       "local_sensitivity": jacobians.local_sensitivity(cfg, params, intermediates, k_local,
                                                        probe_config.hutchinson_probes),
       "similarity": representations.similarity(h_LBTD),
+      "similarity_centered": representations.similarity(h_LBTD, centered=True),
       "rank_ratio": representations.rank_ratio(h_LBTD),
       **representations.moments(h_LBTD),
       "attention_tv": attention.prefix_average_tv(taps_lib.sown(intermediates["blocks"]["attn"]["probs"])),

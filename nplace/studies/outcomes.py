@@ -1,7 +1,18 @@
-"""What counts as a failed run: the one definition the sweeps, the report and the lab share.
+"""What happened to a run: the definitions the sweeps, the report, the lab and the protocols share.
 
-A run is judged from its summary (nplace/train/summary.py) alone, so a sweep's `sweep.json`
-is enough to count failures. Each kind is reported separately; a run can fail in more than one way.
+Protocol 1 (`classify`, from the summary and the logged train loss; thresholds from the
+grid's protocol, nplace/studies/protocol.py):
+- `diverged`: the loss or a gradient was not finite (the run stopped, skipped updates, or its
+  final validation loss is NaN/inf), or after warmup the train loss had been below the
+  frequency loss and then rose above it for the rest of the run.
+- `did_not_learn`: not diverged, and it gained less than the `did_not_learn` fraction of the
+  learnable nats, (frequency loss - val loss) / (frequency loss - entropy rate).
+- `learned`: neither. Loss spikes (`spikes`) are reported with their size and recovery; a
+  spike the run recovered from is not a failure, and "did not learn" is never a divergence.
+
+Protocol 0 (`failures`, `outcome`: the summary alone; its margin was set after the pilot runs,
+kept so protocol 0's committed results read as they were judged). A run can fail in more
+than one way:
 
 - `nonfinite`: the loss or a gradient was not finite — the run stopped (`status` diverged),
   skipped updates (`skipped_steps` > 0, with `train.on_divergence=skip`), or its final
@@ -16,14 +27,17 @@ is enough to count failures. Each kind is reported separately; a run can fail in
   away everything beyond unigram statistics, not noise on a flat curve.
 - `ok`: none of these.
 """
+import dataclasses
 import math
+
+import numpy as np
 
 from nplace.train.summary import Summary
 
 # nats: study A's "ended at or near the frequency loss". Wider than the collapse margin: a run
 # 0.1 nats below it learned a sliver beyond unigram statistics and still failed (the synthetic
 # language has 3 learnable nats; 0.25 is under a tenth of them). Set after the pilot runs of
-# results/README.md, which also lists every run's loss, so other thresholds can be read off.
+# results/v0/README.md, which also lists every run's loss, so other thresholds can be read off.
 FAILURE_MARGIN = 0.25
 # nats above the running minimum of the train loss. Not the z-score detector (`loss_spikes`, still
 # reported): on a noisy 1k-token batch it fires on ordinary noise, and `max_train_loss` is above
@@ -58,3 +72,85 @@ def outcome(summary: Summary) -> str:
   """The most severe failure kind of a run, or `ok`."""
   found = failures(summary)
   return found[0] if found else OK
+
+
+DIVERGED, DID_NOT_LEARN, LEARNED = "diverged", "did_not_learn", "learned"
+CLASSES = (DIVERGED, DID_NOT_LEARN, LEARNED)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spike:
+  step: int  # the first logged step at least `rebound` nats above the running minimum
+  size: float  # nats: the excursion's highest loss minus the minimum before it
+  recovered: bool  # the loss came back within half a rebound of that minimum
+
+
+def learned_fraction(summary: Summary) -> float | None:
+  """(frequency loss - val loss) / (frequency loss - entropy rate): 0 at unigram statistics, 1
+  at the best achievable loss; None without a finite val loss or an entropy rate (text data)."""
+  val, freq, rate = summary.val_loss, summary.frequency_loss, summary.entropy_rate
+  if not (_finite(val) and _finite(freq) and _finite(rate)) or freq <= rate:
+    return None
+  return (freq - val) / (freq - rate)
+
+
+def spikes(loss, warmup: int, rebound: float) -> list[Spike]:
+  """The excursions of the logged train loss `[(step, loss)]` after warmup that climbed at least
+  `rebound` nats above its running minimum."""
+  found, low, start, peak = [], math.inf, None, 0.0
+  for step, value in loss:
+    if step <= warmup or not math.isfinite(value):
+      continue
+    if start is None:
+      if value - low >= rebound:
+        start, peak = step, value - low
+      else:
+        low = min(low, value)
+    else:
+      peak = max(peak, value - low)
+      if value - low < rebound / 2:
+        found.append(Spike(start, peak, True))
+        start, low = None, min(low, value)
+  if start is not None:
+    found.append(Spike(start, peak, False))
+  return found
+
+
+def stayed_above(loss, frequency_loss: float, learned_below: float, warmup: int) -> bool:
+  """After warmup the train loss got below `learned_below` (it had learned), then rose above
+  `frequency_loss` and stayed there to the last logged step: it threw away what it had learned
+  and did not get it back."""
+  after = [value for step, value in loss if step > warmup]
+  first = next((i for i, value in enumerate(after) if value < learned_below), None)
+  if first is None:
+    return False
+  rest = after[first:]
+  last_below = max(i for i, value in enumerate(rest) if value <= frequency_loss)
+  return last_below < len(rest) - 1
+
+
+def classify(summary: Summary, loss, warmup: int, did_not_learn: float) -> str:
+  """`diverged`, `did_not_learn` or `learned` (protocol 1, module doc). Without an entropy rate
+  (text data) a run learned when its val loss is below the frequency loss."""
+  val, freq = summary.val_loss, summary.frequency_loss
+  if (summary.status == "diverged" or summary.skipped_steps > 0
+      or (val is not None and not math.isfinite(val))
+      or any(not math.isfinite(value) for _, value in loss)):
+    return DIVERGED
+  fraction = learned_fraction(summary)
+  if fraction is not None:
+    if stayed_above(loss, freq, freq - did_not_learn * (freq - summary.entropy_rate), warmup):
+      return DIVERGED
+    return DID_NOT_LEARN if fraction < did_not_learn else LEARNED
+  return LEARNED if _finite(val) and _finite(freq) and val < freq else DID_NOT_LEARN
+
+
+def plateau(loss, level: float, margin: float) -> bool | None:
+  """Study B's `collapsed` judged on a plateau, not one point: the mean logged train loss over
+  the last quarter of the run lies within `margin` of `level` (the frequency loss). A mean,
+  because one batch's loss is noisier than the margin. None without logged losses."""
+  if not loss:
+    return None
+  last = max(step for step, _ in loss)
+  tail = [value for step, value in loss if step >= 0.75 * last]
+  return bool(abs(float(np.mean(tail)) - level) <= margin)

@@ -48,10 +48,20 @@ def bertscore_unavailable(model_path: str | None) -> str | None:
 
 
 def bertscore(predictions: list[str], targets: list[str], model_path: str, num_layers: int | None) -> dict:
-  """Mean BERTScore precision, recall and F1 with the model at `model_path` (no download)."""
+  """Mean BERTScore precision, recall and F1 with the model at `model_path` (no download). A pair
+  with a blank side scores 0, bert-score's own rule, applied here: under transformers 5 its
+  blank-string path fails (build_inputs_with_special_tokens is gone), and an untrained model's
+  argmax is often all spaces."""
+  scored = [(p, t) for p, t in zip(predictions, targets) if p.strip() and t.strip()]
+  if not scored:
+    return {"bertscore_p": 0.0, "bertscore_r": 0.0, "bertscore_f1": 0.0}
   import bert_score  # optional: the `bertscore` extra (torch)
   if num_layers is None:  # bert-score knows layer counts only for hub names: use the last layer
     import transformers  # comes with bert-score
     num_layers = transformers.AutoConfig.from_pretrained(model_path).num_hidden_layers
-  p, r, f = bert_score.score(predictions, targets, model_type=model_path, num_layers=num_layers)
-  return {"bertscore_p": float(p.mean()), "bertscore_r": float(r.mean()), "bertscore_f1": float(f.mean())}
+  # The fast (tokenizers) tokenizer: the only kind transformers 5 has, and under 4.x the only one
+  # that loads a model shipping tokenizer.json alone (sentence-transformers' all-MiniLM-L6-v2).
+  cands, refs = map(list, zip(*scored))
+  p, r, f = bert_score.score(cands, refs, model_type=model_path, num_layers=num_layers, use_fast_tokenizer=True)
+  n = len(predictions)  # the blank pairs' zeros count in the mean
+  return {"bertscore_p": float(p.sum()) / n, "bertscore_r": float(r.sum()) / n, "bertscore_f1": float(f.sum()) / n}

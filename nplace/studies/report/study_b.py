@@ -5,6 +5,7 @@ import numpy as np
 
 from nplace.logs import plots
 from nplace.probes import figures
+from nplace.studies import outcomes
 from nplace.studies.report import generic, markdown, runs as runs_lib, study_a
 from nplace.train.summary import COLLAPSE_MARGIN, collapsed
 
@@ -17,11 +18,14 @@ def verdict_table(page, runs) -> str:
   for run in runs:
     s = run.summary
     verdict = markdown.number(bool(collapsed(s.val_loss, s.frequency_loss))) if s.val_loss is not None else "-"
+    steps, values = runs_lib.scalars(run).get("train/loss", ((), ()))
+    on_plateau = (outcomes.plateau(list(zip(steps, values)), s.frequency_loss, COLLAPSE_MARGIN)
+                  if s.frequency_loss is not None else None)
     rows.append([page.link(run.name, run.path), markdown.overrides_label(run.overrides), run.status,
                  markdown.number(s.val_loss), markdown.number(s.frequency_loss),
-                 markdown.number(s.entropy_rate), verdict])
+                 markdown.number(s.entropy_rate), verdict, markdown.number(on_plateau)])
   return markdown.table(["run", "overrides", "status", "val loss", "frequency loss", "entropy rate",
-                         "collapsed"], rows)
+                         "collapsed", "collapsed on the plateau"], rows)
 
 
 def gradient_ratio(run):
@@ -33,10 +37,44 @@ def gradient_ratio(run):
   return np.asarray(history.steps), values[:, 0] / values[:, -1]
 
 
+def backward_summary(run):
+  """(name, [(step, mean, min, product)] at the first and last probe) of the norm backward
+  factor over the norm sites after the first; None without the probe. The first site reads the
+  embedding, not a block's output: its factor says nothing about the stack and can dominate
+  a product of 2L."""
+  history = runs_lib.probes(run)
+  name = next((b for b in BACKWARD if b in history), None)
+  if name is None or not len(history[name].steps):
+    return None
+  h = history[name]
+  rows = []
+  for i in (0, -1):
+    factors = np.asarray(h.values[i], np.float64)[1:]
+    rows.append((int(h.steps[i]), float(factors.mean()), float(factors.min()), float(np.prod(factors))))
+  return name, rows
+
+
+def backward_part(page, runs) -> list[str]:
+  rows = []
+  for run in runs:
+    found = backward_summary(run)
+    if found:
+      name, ((s0, mean0, min0, prod0), (s1, mean1, min1, prod1)) = found
+      rows.append([page.link(run.name, run.path), f"`{name}`", f"{s0} → {s1}",
+                   f"{markdown.number(mean0, 3)} → {markdown.number(mean1, 3)}",
+                   f"{markdown.number(min0, 3)} → {markdown.number(min1, 3)}",
+                   f"{markdown.number(prod0, 2)} → {markdown.number(prod1, 2)}"])
+  if not rows:
+    return []
+  return ["Norm backward factor over the norm sites after the first (the first reads the embedding), "
+          "first → last probed step:",
+          markdown.table(["run", "probe", "steps", "mean factor", "min factor", "product"], rows)]
+
+
 def heatmaps(page, run, key: str) -> list[str]:
   history = runs_lib.probes(run)
   out = []
-  for name in ("similarity", next((b for b in BACKWARD if b in history), None)):
+  for name in ("similarity", "similarity_centered", next((b for b in BACKWARD if b in history), None)):
     if name in history:
       h = history[name]
       fig = figures.heatmap(name, h.steps, h.values, h.kind, h.labels)  # the name picks its scale
@@ -64,11 +102,12 @@ def section(page, source, key: str) -> str:
   if not done:
     return "(no finished trials)"
   intro = (f"`collapsed`: final validation loss within {COLLAPSE_MARGIN} nats of the "
-           "frequency loss (`nplace/train/summary.py`). Gradient ratio: residual-stream gradient norm "
+           "frequency loss (`nplace/train/summary.py`); on the plateau: the mean train loss over the "
+           "last quarter of the run within the same margin (`outcomes.plateau`). Gradient ratio: residual-stream gradient norm "
            "at block 1 over block L (grad_h probe); it falls by orders of magnitude when the "
            "lower layers starve.")
   parts = [intro, verdict_table(page, done), generic.loss_curves(page, done, key),
-           *ratio_part(page, done, key)]
+           *ratio_part(page, done, key), *backward_part(page, done)]
   for run in done:
     parts += heatmaps(page, run, key)
   return "\n\n".join(p for p in [*parts, study_a.unfinished(source.runs), markdown.commands(source.runs)] if p)

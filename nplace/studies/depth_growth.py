@@ -1,0 +1,86 @@
+"""Growth over depth of trained models (study A's O(D) vs O(e^D)): a quantity of the top layer
+(mean |h| by default) at the end of training, against the depth D of models trained on the
+same tokens, per arm and weight decay; and the claims about it a protocol can make.
+
+Fits over the depths (nplace/studies/fits.py for linear and exponential R²): the power law
+`y = a D^p` (least squares on log y against log D) gives the growth exponent p with its
+t-interval over the depths (n - 2 degrees of freedom): p <= 1 is at most linear growth.
+"""
+import math
+
+import numpy as np
+from scipy import stats
+
+from nplace.studies import fits, protocol as protocol_lib
+
+DEPTH, WEIGHT_DECAY = "model.n_layer", "optim.weight_decay"
+QUANTITIES = {"mean_abs": "mean |h|", "var_entry": "entry-wise variance", "var_data": "data-wise variance"}
+METRICS = ("exponential_over_linear", "power_at_most_one", "lower_at_every_depth")
+
+
+def power_fit(depths, values, interval: float) -> tuple[float, float, float]:
+  """(p, low, high) of values ~ a D^p; NaNs with fewer than 3 depths or a value <= 0."""
+  x, y = np.log(np.asarray(depths, float)), np.asarray(values, float)
+  if len(x) < 3 or not np.all(y > 0):
+    return math.nan, math.nan, math.nan
+  y = np.log(y)
+  p, a = np.polyfit(x, y, 1)
+  residual = y - (a + p * x)
+  se = math.sqrt(np.sum(residual ** 2) / (len(x) - 2) / np.sum((x - x.mean()) ** 2))
+  half = stats.t.ppf(0.5 + interval / 2, len(x) - 2) * se
+  return float(p), float(p - half), float(p + half)
+
+
+class Measures:
+  """A growth grid's trials by arm (ARMS: label -> model overrides) and weight decay (the
+  "shapes" a claim must hold in), each with its probed top-layer values."""
+
+  def __init__(self, protocol, arms: dict, trials):
+    self.protocol, self.points = protocol, {}  # (arm, shape) -> {depth: trial}
+    for trial in trials:
+      arm = next((label for label, model in arms.items()
+                  if all(trial.overrides.get(k) == v for k, v in model.items())), None)
+      if arm is not None and DEPTH in trial.overrides:
+        shape = f"weight decay {trial.overrides.get(WEIGHT_DECAY, 'as configured')}"
+        self.points.setdefault((arm, shape), {})[int(trial.overrides[DEPTH])] = trial
+    self.arms = [a for a in arms if any(k[0] == a for k in self.points)]
+    self.shapes = list(dict.fromkeys(shape for _, shape in self.points))
+    self.seeds = [None]
+
+  def top(self, arm, shape, quantity="mean_abs", when=-1) -> tuple[np.ndarray, np.ndarray]:
+    """(depths, the top layer's `quantity` at the first (0) or last (-1) probe), depths ascending."""
+    by_depth = self.points.get((arm, shape), {})
+    found = [(d, t.probes[quantity]["values"][when][-1]) for d, t in sorted(by_depth.items())
+             if quantity in t.probes]
+    return np.array([d for d, _ in found]), np.array([v for _, v in found], float)
+
+  def verdict(self, claim, protocol) -> protocol_lib.Verdict:
+    effects, held = [], []
+    for shape in self.shapes:
+      depths, values = self.top(claim.worse, shape)
+      if claim.metric == "lower_at_every_depth":
+        d_better, v_better = self.top(claim.better, shape)
+        if len(depths) < 2 or list(depths) != list(d_better):
+          return self._untestable(claim, effects)
+        ratio = float(np.max(v_better / values))
+        effects.append(protocol_lib.Effect(shape, ratio, math.nan, math.nan, 1, "largest ratio over depths"))
+        held.append(ratio < 1)
+        continue
+      p, low, high = power_fit(depths, values, protocol.interval)
+      if math.isnan(p):
+        return self._untestable(claim, effects)
+      if claim.metric == "power_at_most_one":
+        effects.append(protocol_lib.Effect(shape, p, low, high, 1, "exponent p of D^p"))
+        held.append(high <= 1 + 1e-9)  # exactly linear data fits p = 1 to rounding
+      else:  # exponential_over_linear
+        gap = fits.exponential(depths, values) - fits.linear(depths, values)
+        effects.append(protocol_lib.Effect(shape, gap, math.nan, math.nan, 1, "R² exponential − linear"))
+        held.append(gap > protocol.threshold("min_r2_gap"))
+    verdict = protocol_lib.REPRODUCED if all(held) else protocol_lib.NOT_REPRODUCED
+    return protocol_lib.Verdict(claim, verdict, tuple(effects), None,
+                                "seeds per depth, more depths, longer training (one seed here)")
+
+  @staticmethod
+  def _untestable(claim, effects):
+    return protocol_lib.Verdict(claim, protocol_lib.NOT_TESTABLE, tuple(effects), None,
+                                "every depth trained and probed (>= 3, values > 0)")

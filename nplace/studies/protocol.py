@@ -1,0 +1,159 @@
+"""A study's pre-registered protocol: the claims it tests, the metric of each, the thresholds,
+the seeds and what verdict each outcome gives -- declared in the grid file next to the grid,
+with a version. A rule changed after results exist is a new version, declared beside the old.
+
+`judge` turns a grid's measurements (nplace/studies/lr_sensitivity.py's `Measures`) into one
+`Verdict` per claim; `sensitivity` judges again with each threshold halved and doubled.
+"""
+import dataclasses
+
+import numpy as np
+
+REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable at this tier"
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+  name: str
+  value: float
+  doc: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """`better` has the lower metric than `worse` in every model shape of the grid, by more than
+  the protocol's `min_effect` at the whole confidence interval over seeds. With `matches`,
+  `better` only has to be no worse than `worse` by `min_effect` (the interval's top).
+  `divergences` is counted over every run of the arm instead: `better` diverged less often."""
+  id: str
+  statement: str
+  metric: str  # lr_sensitivity | best_loss | final_loss | divergences, or one its grid's Measures judges
+  better: str  # arm labels of the grid
+  worse: str
+  matches: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+  name: str
+  version: int
+  summary: str
+  seeds: int
+  bootstrap_resamples: int
+  bootstrap_seed: int
+  interval: float  # the confidence level of every interval
+  thresholds: tuple[Threshold, ...]
+  claims: tuple[Claim, ...]
+
+  def threshold(self, name: str) -> float:
+    return next(t.value for t in self.thresholds if t.name == name)
+
+  def scaled(self, name: str, factor: float) -> "Protocol":
+    """This protocol with one threshold multiplied by `factor` (for the sensitivity table)."""
+    return dataclasses.replace(self, thresholds=tuple(
+        dataclasses.replace(t, value=t.value * factor) if t.name == name else t for t in self.thresholds))
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+  """What a claim is judged on in one model shape; by default `worse` minus `better` (so
+  positive supports the claim). `low`/`high` NaN: no interval."""
+  shape: str
+  mean: float
+  low: float
+  high: float
+  seeds: int
+  what: str = "worse − better, nats"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  claim: Claim
+  verdict: str
+  effects: tuple[Effect, ...]  # per shape; () for divergence counts
+  counts: tuple[int, int] | None  # (better, worse) divergences, for `divergences`
+  would_change: str
+
+
+def _resampled_means(values_S, protocol: Protocol, rng) -> np.ndarray:
+  values_S = np.asarray(values_S, float)
+  return values_S[rng.integers(0, len(values_S), (protocol.bootstrap_resamples, len(values_S)))].mean(axis=1)
+
+
+def _bounds(means_R, protocol: Protocol) -> tuple[float, float]:
+  tail = (1 - protocol.interval) / 2 * 100
+  low, high = np.percentile(means_R, [tail, 100 - tail])
+  return float(low), float(high)
+
+
+def mean_interval(values_S, protocol: Protocol, rng) -> tuple[float, float, float]:
+  """Mean over seeds and its bootstrap interval."""
+  return (float(np.mean(values_S)), *_bounds(_resampled_means(values_S, protocol, rng), protocol))
+
+
+def interval(better_S, worse_S, protocol: Protocol, rng) -> tuple[float, float, float]:
+  """Mean of worse - better and its bootstrap interval, resampling each arm's seeds."""
+  diff_R = _resampled_means(worse_S, protocol, rng) - _resampled_means(better_S, protocol, rng)
+  return (float(np.mean(worse_S) - np.mean(better_S)), *_bounds(diff_R, protocol))
+
+
+COMPARED = ("lr_sensitivity", "best_loss", "final_loss")  # per-seed values compared between arms
+
+
+def judge(protocol: Protocol, measures) -> list[Verdict]:
+  """One verdict per claim. `measures`: per_seed(metric, arm, shape) -> [value per seed] (None
+  where a seed lacks a learning rate), shapes, divergences(arm) -> (count, runs); a claim
+  with another metric is judged by `measures.verdict(claim, protocol)`."""
+  rng = np.random.default_rng(protocol.bootstrap_seed)
+  verdicts = []
+  for claim in protocol.claims:
+    if claim.metric not in COMPARED + ("divergences",):
+      verdicts.append(measures.verdict(claim, protocol))
+      continue
+    if claim.metric == "divergences":
+      (b, b_runs), (w, w_runs) = measures.divergences(claim.better), measures.divergences(claim.worse)
+      if not b_runs or not w_runs:
+        verdict, change = NOT_TESTABLE, "runs of both arms"
+      elif b == w == 0:
+        verdict, change = NOT_TESTABLE, "a tier at which some run diverges (no run of either arm did)"
+      else:
+        verdict = REPRODUCED if w > b else NOT_REPRODUCED
+        change = "more seeds: counts this small move with one run"
+      verdicts.append(Verdict(claim, verdict, (), (b, w), change))
+      continue
+    min_effect = protocol.threshold("min_effect")
+    effects, complete = [], True
+    for shape in measures.shapes:
+      better = measures.per_seed(claim.metric, claim.better, shape)
+      worse = measures.per_seed(claim.metric, claim.worse, shape)
+      if not better or not worse or None in better or None in worse:
+        complete = False
+        continue
+      effects.append(Effect(shape, *interval(better, worse, protocol, rng), min(len(better), len(worse))))
+    if not complete or not effects:
+      verdicts.append(Verdict(claim, NOT_TESTABLE, tuple(effects), None,
+                              "every shape run at every learning rate and seed"))
+      continue
+    if claim.matches:  # better may be worse by less than min_effect: worse - better > -min_effect
+      held = [e.low > -min_effect for e in effects]
+    else:
+      held = [e.low > min_effect for e in effects]
+    verdict = REPRODUCED if all(held) else NOT_REPRODUCED
+    width = max(e.high - e.low for e in effects)
+    change = (f"an interval crossing {'-' if claim.matches else ''}{min_effect:g} in any shape "
+              if verdict == REPRODUCED else
+              f"intervals clear of {'-' if claim.matches else ''}{min_effect:g} in every shape ")
+    verdicts.append(Verdict(claim, verdict, tuple(effects), None,
+                            change + f"(widest interval now {width:.2f} nats, {effects[0].seeds} seeds)"))
+  return verdicts
+
+
+def sensitivity(protocol: Protocol, measures_for) -> list[tuple[str, float, list[str]]]:
+  """For each threshold at half, its value and double: (threshold, value, [verdict per claim]).
+  `measures_for(protocol)` measures the grid under a protocol (outcomes depend on thresholds)."""
+  rows = []
+  for t in protocol.thresholds:
+    for factor in (0.5, 1.0, 2.0):
+      scaled = protocol.scaled(t.name, factor)
+      rows.append((t.name, t.value * factor, [v.verdict for v in judge(scaled, measures_for(scaled))]))
+  return rows

@@ -1,0 +1,89 @@
+"""A study's committed results: what its verdicts are recomputed from, without the run directories.
+
+`results/NAME/grid.json` names the grid (`experiments/FILE.py:ARG`, relative to the repository);
+`results/NAME/trials.jsonl` holds one trial per line: its name, its overrides, its summary, the
+logged train loss `[[step, loss], ...]`, its warmup and vocabulary size, and for a probed run
+the per-layer moments at its first and last probe. A few KB a trial.
+"""
+import dataclasses
+import json
+import pathlib
+
+from nplace.logs import events
+from nplace.studies.report import runs as runs_lib
+from nplace.train.summary import Summary, SummaryError
+
+TRIALS, GRID = "trials.jsonl", "grid.json"
+PROBED = ("mean_abs", "var_entry", "var_data")  # the probes filed (first and last probe, per layer)
+
+
+@dataclasses.dataclass
+class Trial:
+  name: str
+  overrides: dict
+  summary: Summary
+  loss: list[tuple[int, float]]  # the logged train loss
+  warmup: int
+  vocab_size: int
+  probes: dict = dataclasses.field(default_factory=dict)  # name -> {"steps": [first, last], "values": [[per layer]] x 2}
+
+  def to_json(self) -> str:
+    record = dataclasses.asdict(self)
+    record["summary"] = self.summary.to_dict()
+    record["loss"] = [[int(s), float(v)] for s, v in self.loss]
+    return json.dumps(record)
+
+
+@dataclasses.dataclass
+class Study:
+  path: pathlib.Path
+  config: str  # experiments/FILE.py:ARG
+  trials: list[Trial]
+
+
+def export(sweep_dir, into, config_of) -> Study:
+  """Files the finished trials of the sweep in `sweep_dir` as results/NAME (`into`);
+  `config_of(run)` is the config its command trains."""
+  source = runs_lib.load(sweep_dir)
+  if not source.config:
+    raise runs_lib.RunsError(f"{sweep_dir}: not a sweep (no sweep.json): nothing to file as results")
+  trials = []
+  for run in runs_lib.finished(source.runs):
+    config = config_of(run)
+    steps, values = events.read_scalars(run.path).get("train/loss", ((), ()))
+    probes = {name: {"steps": [int(h.steps[0]), int(h.steps[-1])],
+                     "values": [[float(v) for v in h.values[0]], [float(v) for v in h.values[-1]]]}
+              for name, h in runs_lib.probes(run).items() if name in PROBED and len(h.steps)}
+    trials.append(Trial(run.name, run.overrides, run.summary, list(zip(steps, values)),
+                        config.optim.warmup_steps, config.model.vocab_size, probes))
+  if not trials:
+    raise runs_lib.RunsError(f"{sweep_dir}: no finished trials to file")
+  into = pathlib.Path(into)
+  into.mkdir(parents=True, exist_ok=True)
+  (into / GRID).write_text(json.dumps({"config": source.config}, indent=2) + "\n")
+  (into / TRIALS).write_text("".join(t.to_json() + "\n" for t in trials))
+  return Study(into, source.config, trials)
+
+
+def load(path) -> Study:
+  path = pathlib.Path(path)
+  try:
+    config = json.loads((path / GRID).read_text())["config"]
+    lines = (path / TRIALS).read_text().splitlines()
+  except (OSError, ValueError, KeyError) as e:
+    raise runs_lib.RunsError(f"{path}: {e}") from None
+  trials = []
+  for n, line in enumerate(lines, 1):
+    where = f"{path / TRIALS}:{n}"
+    try:
+      record = json.loads(line)
+      summary = Summary.from_dict(record.pop("summary"), where)
+      trials.append(Trial(summary=summary, **{**record, "loss": [tuple(p) for p in record["loss"]]}))
+    except (ValueError, KeyError, TypeError, SummaryError) as e:
+      raise runs_lib.RunsError(f"{where}: {e}") from None
+  return Study(path, config, trials)
+
+
+def studies(results_dir) -> list[Study]:
+  """Every results/NAME with a grid.json, by name."""
+  return [load(d) for d in sorted(pathlib.Path(results_dir).iterdir()) if (d / GRID).is_file()]

@@ -1,0 +1,64 @@
+"""Growth over depth: the power-law fit by hand, and growth claims judged on constructed trials."""
+import math
+
+import numpy as np
+import pytest
+
+from nplace.studies import depth_growth, protocol as p
+from nplace.studies.results import Trial
+from nplace.train.summary import Summary
+
+DEPTHS = (6, 12, 24, 48)
+ARMS = {"Pre": {"model.placement": "pre", "model.dt": 1.0}, "Pre dt": {"model.placement": "pre", "model.dt": 0.1},
+        "Peri": {"model.placement": "peri", "model.dt": 1.0}}
+PROTOCOL = p.Protocol("g", 1, "", 1, 0, 0, 0.95, (p.Threshold("min_r2_gap", 0.05, ""),), (
+    p.Claim("exp", "Pre grows exponentially", "exponential_over_linear", "Pre", "Pre"),
+    p.Claim("linear", "Peri at most linearly", "power_at_most_one", "Peri", "Peri"),
+    p.Claim("dt", "dt lowers Pre", "lower_at_every_depth", "Pre dt", "Pre")))
+
+
+def test_power_fit_recovers_the_exponent_with_an_interval():
+  d = np.array(DEPTHS, float)
+  exponent, low, high = depth_growth.power_fit(d, 2 * d ** 1.5, 0.95)
+  assert exponent == pytest.approx(1.5) and high - low < 1e-6
+  noisy = 2 * d ** 1.5 * np.array([1.1, 0.9, 1.1, 0.9])
+  exponent, low, high = depth_growth.power_fit(d, noisy, 0.95)
+  assert low < exponent < high and low < 1.5 < high and high - low > 0.1
+  assert all(math.isnan(x) for x in depth_growth.power_fit(d[:2], d[:2], 0.95))  # 2 depths: no interval
+  assert all(math.isnan(x) for x in depth_growth.power_fit(d, d - 10, 0.95))  # a value <= 0
+
+
+def trials(profiles):
+  """One trial per arm, depth and weight decay; `profiles[arm](D)` is its top layer's mean |h|."""
+  out = []
+  for arm, f in profiles.items():
+    for wd in (0.1, 0.0):
+      for depth in DEPTHS:
+        values = [[f(depth) / 10] * depth, [f(depth) / 2] * (depth - 1) + [f(depth)]]
+        out.append(Trial(f"{arm},{depth},{wd}", {"model.n_layer": depth, **ARMS[arm], "optim.weight_decay": wd},
+                         Summary(step=300), [], 10, 512, {"mean_abs": {"steps": [0, 300], "values": values}}))
+  return out
+
+
+def verdicts(profiles, protocol=PROTOCOL):
+  measures = depth_growth.Measures(protocol, ARMS, trials(profiles))
+  return {v.claim.id: v.verdict for v in p.judge(protocol, measures)}
+
+
+def test_the_claims_hold_on_the_shapes_they_name():
+  measures = depth_growth.Measures(PROTOCOL, ARMS, trials({"Pre": lambda d: math.exp(0.1 * d)}))
+  assert measures.shapes == ["weight decay 0.1", "weight decay 0.0"]
+  depths, top = measures.top("Pre", "weight decay 0.1")
+  assert depths.tolist() == list(DEPTHS) and top[-1] == pytest.approx(math.exp(4.8))
+  assert measures.top("Pre", "weight decay 0.1", when=0)[1][-1] == pytest.approx(math.exp(4.8) / 10)
+  assert verdicts({"Pre": lambda d: math.exp(0.1 * d), "Pre dt": lambda d: 0.1 * math.exp(0.1 * d),
+                   "Peri": lambda d: 0.5 * d}) == {"exp": p.REPRODUCED, "linear": p.REPRODUCED, "dt": p.REPRODUCED}
+
+
+def test_and_fail_on_the_shapes_they_do_not():
+  assert verdicts({"Pre": lambda d: 0.5 * d, "Pre dt": lambda d: 0.6 * d, "Peri": lambda d: d ** 1.5}) == {
+      "exp": p.NOT_REPRODUCED, "linear": p.NOT_REPRODUCED, "dt": p.NOT_REPRODUCED}
+
+
+def test_missing_arms_are_not_testable():
+  assert verdicts({"Pre": lambda d: d}) == {"exp": p.NOT_REPRODUCED, "linear": p.NOT_TESTABLE, "dt": p.NOT_TESTABLE}

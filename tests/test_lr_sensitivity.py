@@ -1,0 +1,71 @@
+"""LR sensitivity (Wortsman et al. 2023) by hand, and measured from constructed trials."""
+import math
+
+import pytest
+
+from nplace.studies import lr_sensitivity, outcomes
+from nplace.studies.protocol import Protocol, Threshold
+from nplace.studies.results import Trial
+from nplace.train.summary import Summary
+
+PROTOCOL = Protocol("t", 1, "", 2, 100, 0, 0.95, (Threshold("did_not_learn", 0.1, ""),), ())
+ARMS = {"Pre": {"model.placement": "pre"}, "Peri": {"model.placement": "peri"}}
+FREQ, RATE, VOCAB = 4.5, 1.5, 512
+
+
+def test_sensitivity_caps_each_loss_and_subtracts_the_best():
+  # capped at 4: [3, 2, 4, 4] -> mean 3.25, best 2
+  assert lr_sensitivity.sensitivity([3.0, 2.0, 5.0, math.nan], cap=4.0) == 1.25
+  assert lr_sensitivity.sensitivity([2.0, 2.0, 2.0], cap=4.0) == 0.0
+
+
+def trial(placement, lr, seed, val, n_layer=6):
+  overrides = {"model.n_layer": n_layer, "model.placement": placement, "optim.lr": lr, "seed": seed}
+  summary = Summary(val_loss=val, frequency_loss=FREQ, entropy_rate=RATE, step=100)
+  loss = [(20, 4.0), (100, val)] if math.isfinite(val) else [(20, 4.0), (30, math.nan)]
+  return Trial(f"{placement},{lr},{seed}", overrides, summary, loss, 10, VOCAB)
+
+
+def grid():
+  # Pre: good at 1e-3, diverges at 1e-1 (NaN); Peri: flat
+  pre = {1e-3: 2.0, 1e-2: 3.0, 1e-1: math.nan}
+  peri = {1e-3: 2.2, 1e-2: 2.1, 1e-1: 2.3}
+  return [trial(name, lr, seed, loss + 0.01 * seed)
+          for name, curve in (("pre", pre), ("peri", peri)) for lr, loss in curve.items() for seed in (0, 1)]
+
+
+def test_measures_per_arm_shape_and_seed():
+  m = lr_sensitivity.Measures(PROTOCOL, ARMS, grid())
+  assert m.arms == ["Pre", "Peri"] and m.shapes == ["depth 6"] and m.lrs == [1e-3, 1e-2, 1e-1]
+  init = math.log(VOCAB)
+  # Pre, seed 0: capped [2.0, 3.0, ln 512]; best 2.0
+  assert m.per_seed("lr_sensitivity", "Pre", "depth 6")[0] == pytest.approx((2.0 + 3.0 + init) / 3 - 2.0)
+  assert m.per_seed("frequency_sensitivity", "Pre", "depth 6")[0] == pytest.approx((2.0 + 3.0 + FREQ) / 3 - 2.0)
+  assert m.per_seed("lr_sensitivity", "Peri", "depth 6")[1] == pytest.approx((2.21 + 2.11 + 2.31) / 3 - 2.11)
+  assert m.per_seed("best_loss", "Pre", "depth 6") == [2.0, 2.01]
+  assert m.divergences("Pre") == (2, 6) and m.divergences("Peri") == (0, 6)
+  assert m.counts("Pre", "depth 6", 1e-1) == {outcomes.DIVERGED: 2, outcomes.DID_NOT_LEARN: 0, outcomes.LEARNED: 0}
+
+
+def test_a_seed_missing_a_learning_rate_has_no_sensitivity():
+  m = lr_sensitivity.Measures(PROTOCOL, ARMS, grid()[1:])  # Pre, lr 1e-3, seed 0 left out
+  assert m.per_seed("lr_sensitivity", "Pre", "depth 6")[0] is None
+
+
+def test_trials_of_no_arm_are_left_out():
+  m = lr_sensitivity.Measures(PROTOCOL, ARMS, grid() + [trial("post", 1e-3, 0, 3.0)])
+  assert m.arms == ["Pre", "Peri"] and len(m.trials) == 12
+
+
+def test_a_grid_without_a_sweep_is_measured_by_its_final_loss():
+  trials = [trial("pre", 1e-3, seed, 2.0 + seed) for seed in (0, 1)] + [trial("peri", 1e-3, 0, math.nan)]
+  for t in trials:
+    del t.overrides["optim.lr"]
+  m = lr_sensitivity.Measures(PROTOCOL, ARMS, trials)
+  assert not m.swept and m.lrs == [None]
+  assert m.per_seed("final_loss", "Pre", "depth 6") == [2.0, 3.0]
+  assert m.per_seed("final_loss", "Peri", "depth 6") == [math.log(VOCAB), None]  # diverged: the init loss
+  with pytest.raises(ValueError, match="lr_sensitivity"):
+    m.per_seed("lr_sensitivity", "Pre", "depth 6")
+  with pytest.raises(ValueError, match="final_loss"):
+    lr_sensitivity.Measures(PROTOCOL, ARMS, grid()).per_seed("final_loss", "Pre", "depth 6")

@@ -1,0 +1,82 @@
+"""Pre-registered protocols: verdicts from constructed measurements, and the sensitivity table."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from nplace.studies import protocol as p
+
+PROTOCOL = p.Protocol(
+    name="test", version=3, summary="", seeds=3, bootstrap_resamples=500, bootstrap_seed=0, interval=0.95,
+    thresholds=(p.Threshold("min_effect", 0.1, ""),),
+    claims=(p.Claim("flatter", "B is flatter than W", "lr_sensitivity", better="B", worse="W"),
+            p.Claim("matches", "B matches W at its best", "best_loss", better="B", worse="W", matches=True),
+            p.Claim("diverges", "W diverges more", "divergences", better="B", worse="W")))
+
+
+@dataclasses.dataclass
+class Fake:
+  """What judge reads: per-seed values per (metric, arm, shape), divergence counts per arm."""
+  values: dict
+  diverged: dict
+  shapes: tuple = ("small", "large")
+
+  def per_seed(self, metric, arm, shape):
+    return self.values[metric, arm, shape]
+
+  def divergences(self, arm):
+    return self.diverged[arm], 15
+
+
+def fake(flat_gap, best_gap, diverged=(0, 3), missing=False):
+  values = {}
+  for shape in Fake.shapes:
+    values["lr_sensitivity", "B", shape] = [0.50, 0.52, 0.48]
+    values["lr_sensitivity", "W", shape] = [0.50 + flat_gap + d for d in (0.01, -0.01, 0.0)]
+    values["best_loss", "W", shape] = [2.00, 2.02, 1.98]
+    values["best_loss", "B", shape] = [2.00 + best_gap + d for d in (0.01, -0.01, 0.0)]
+  if missing:
+    values["lr_sensitivity", "B", "large"] = [0.5, None, 0.5]
+  return Fake(values, dict(zip("BW", diverged)))
+
+
+def verdicts(measures, protocol=PROTOCOL):
+  return {v.claim.id: v.verdict for v in p.judge(protocol, measures)}
+
+
+def test_clear_effects_are_reproduced():
+  assert verdicts(fake(flat_gap=0.5, best_gap=-0.05)) == {
+      "flatter": p.REPRODUCED, "matches": p.REPRODUCED, "diverges": p.REPRODUCED}
+
+
+def test_an_effect_inside_the_margin_or_reversed_is_not_reproduced():
+  assert verdicts(fake(flat_gap=0.05, best_gap=0.3, diverged=(2, 1))) == {
+      "flatter": p.NOT_REPRODUCED, "matches": p.NOT_REPRODUCED, "diverges": p.NOT_REPRODUCED}
+
+
+def test_missing_runs_and_no_divergence_at_all_are_not_testable():
+  assert verdicts(fake(flat_gap=0.5, best_gap=0.0, diverged=(0, 0), missing=True)) == {
+      "flatter": p.NOT_TESTABLE, "matches": p.REPRODUCED, "diverges": p.NOT_TESTABLE}
+
+
+def test_effects_carry_the_mean_and_a_bootstrap_interval_around_it():
+  (flatter, *_) = p.judge(PROTOCOL, fake(flat_gap=0.5, best_gap=0.0))
+  for effect in flatter.effects:
+    assert effect.mean == pytest.approx(0.5) and effect.low <= effect.mean <= effect.high
+    assert effect.high - effect.low < 0.1 and effect.seeds == 3
+  # the interval is of the mean over seeds: resampling 3 seeds of spread 0.02 each side
+  low, high = p.mean_interval([1.0, 2.0, 3.0], PROTOCOL, np.random.default_rng(0))[1:]
+  assert 1.0 <= low < 2.0 < high <= 3.0
+
+
+def test_judging_is_reproducible():
+  assert p.judge(PROTOCOL, fake(0.2, 0.0)) == p.judge(PROTOCOL, fake(0.2, 0.0))
+
+
+def test_sensitivity_judges_again_at_half_and_double_each_threshold():
+  rows = p.sensitivity(PROTOCOL, lambda protocol: fake(flat_gap=0.15, best_gap=0.0))
+  assert [(name, value) for name, value, _ in rows] == [
+      ("min_effect", 0.05), ("min_effect", 0.1), ("min_effect", 0.2)]
+  assert [verdict[0] for _, _, verdict in rows] == [p.REPRODUCED, p.REPRODUCED, p.NOT_REPRODUCED]
+  assert PROTOCOL.scaled("min_effect", 2.0).threshold("min_effect") == 0.2
+  assert PROTOCOL.threshold("min_effect") == 0.1  # scaling makes a new protocol
