@@ -130,13 +130,14 @@ def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsy
 @pytest.mark.parametrize("grid,trials,cells", [
     ("stability.py:cpu", 180, 12), ("stability.py:gpu", 300, 24), ("stability.py:paper,350m", 75, 6),
     ("growth.py:cpu", 32, 8)])
-def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells, tmp_path):
-  """The grid as installed, dry: `--list` prints every trial (or cell of up to 15) and runs nothing."""
+def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells, tmp_path, capsys):
+  """The grid dry, through the console script's entry point: `--list` prints every trial (or
+  cell of up to 15) and runs nothing."""
   spec = f"{pathlib.Path(__file__).resolve().parent.parent}/experiments/{grid}"
-  listed = [subprocess.run([NPLACE, "sweep", "--config", spec, "--workdir", tmp_path / "sw", "--list", *batch],
-                           capture_output=True, text=True, timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"))
-            for batch in ([], ["--batch", "15"])]
-  assert [done.returncode for done in listed] == [0, 0], listed[0].stderr + listed[1].stderr
-  assert [len(done.stdout.splitlines()) for done in listed] == [trials, cells]
-  assert all(line.split("\t")[1].startswith("nplace train") for line in listed[0].stdout.splitlines())
+  listed = []
+  for batch in ([], ["--batch", "15"]):
+    assert main.main(["sweep", "--config", spec, "--workdir", str(tmp_path / "sw"), "--list", *batch]) == 0
+    listed.append(capsys.readouterr().out.splitlines())
+  assert [len(lines) for lines in listed] == [trials, cells]
+  assert all(line.split("\t")[1].startswith("nplace train") for line in listed[0])
   assert not (tmp_path / "sw").exists()
