@@ -60,6 +60,12 @@ def pytest_collection_modifyitems(items):
   items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  """The environment `nplace` subprocesses run in: the CPU, and a data cache of the module's own."""
+  return dict(os.environ, NPLACE_CACHE=str(tmp_path_factory.mktemp("cache") / "data"), JAX_PLATFORMS="cpu")
+
+
 def tiny_config(**model_overrides):
   """A 2-layer, d=32 model with random-looking weights, small enough for references."""
   c = base_config()

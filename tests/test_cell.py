@@ -3,7 +3,6 @@ trial as it trains alone; a diverging trial stops alone; SIGKILL, then SIGTERM, 
 trial stays a run of its own (eval, probe, report); which trials share a cell."""
 import json
 import math
-import os
 import pathlib
 import re
 import shlex
@@ -63,11 +62,6 @@ def experiment(tmp_path_factory):
   path = tmp_path_factory.mktemp("experiments") / "cells.py"
   path.write_text(GRID)
   return path
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-  return dict(os.environ, NPLACE_CACHE=str(tmp_path_factory.mktemp("cache") / "data"), JAX_PLATFORMS="cpu")
 
 
 def nplace(*args, env):

@@ -11,7 +11,7 @@ from conftest import xla_flags
 
 from nplace.runtime import cpu_split
 from nplace.config import experiment
-from test_train import env, run, scalars  # noqa: F401 (env: test_train's fixture, used here)
+from test_train import run, scalars
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 

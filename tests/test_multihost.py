@@ -3,33 +3,17 @@
 and a relaunch of both, then SIGTERM to both (both save the same step, summary.json says
 `preempted`) and a relaunch: the loss curve of the uninterrupted two-process run."""
 import json
-import os
-import pathlib
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
 from conftest import free_port, xla_flags
-from test_train import SMALL
+from test_train import start
 from nplace.logs import events
 
-NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 CURVE = ["--config.train.steps=24", "--config.checkpoint.every=8"]  # the preemption tests' run
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-  cache = tmp_path_factory.mktemp("cache")
-  return dict(os.environ, NPLACE_CACHE=str(cache / "data"), JAX_PLATFORMS="cpu")
-
-
-def start(workdir, *extra, env):
-  return subprocess.Popen([NPLACE, "train", "--workdir", str(workdir), *SMALL, *extra], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def start_two(workdir, *extra, env):

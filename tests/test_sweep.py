@@ -42,12 +42,6 @@ def experiment(tmp_path_factory):
   return path
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-  cache = tmp_path_factory.mktemp("cache")
-  return dict(os.environ, NPLACE_CACHE=str(cache / "data"), JAX_PLATFORMS="cpu")
-
-
 def sweep(experiment, workdir, *extra):
   return [NPLACE, "sweep", "--config", f"{experiment}:small", "--workdir", str(workdir),
           "--config.eval.rouge=False", *extra]

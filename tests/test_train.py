@@ -32,12 +32,6 @@ SCALARS = ["train/loss", "train/grad_norm", "train/lr", "eval/loss", "eval/perpl
            "perf/mfu", "train/loss_spikes"]
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-  cache = tmp_path_factory.mktemp("cache")
-  return dict(os.environ, NPLACE_CACHE=str(cache / "data"), JAX_PLATFORMS="cpu")
-
-
 def start(workdir, *extra, env):
   return subprocess.Popen([NPLACE, "train", "--workdir", str(workdir), *SMALL, *extra], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
