@@ -2,7 +2,6 @@
 diverges at a huge learning rate), on plain run directories, and on hand-written probe
 event files for the growth and study-B sections."""
 import json
-import os
 import pathlib
 import re
 import shlex
@@ -50,12 +49,6 @@ def get_sweep(arg="test"):  # Pre-LN at a learning rate that overflows in two st
   return [{"model.placement": "pre", "optim.lr": 1e30, "seed": s} for s in (0, 1)] + [
       {"model.placement": "peri", "seed": s} for s in (0, 1)]
 """
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-  cache = tmp_path_factory.mktemp("cache")
-  return dict(os.environ, NPLACE_CACHE=str(cache / "data"), JAX_PLATFORMS="cpu")
 
 
 def nplace(*args, env):
@@ -266,3 +259,15 @@ def test_fits_prefer_the_shape_the_data_has():
   assert fits.better(fits.linear(x, np.exp(0.5 * x)), fits.exponential(x, np.exp(0.5 * x))) == "exponential"
   assert np.isnan(fits.exponential(x, x - 5))  # not all positive: no exponential fit
   assert fits.better(np.nan, 0.5) == "-"
+
+
+def test_results_refuse_what_is_not_a_sweep_in_one_line(tmp_path, capsys):
+  (tmp_path / "run").mkdir()
+  (tmp_path / "run" / "summary.json").write_text(json.dumps(SUMMARY))
+  (tmp_path / "results").mkdir()
+  assert main.main(["report", "--results", str(tmp_path / "results"), str(tmp_path / "run")]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "not a sweep" in err and str(tmp_path / "run") in err, err
+  assert list((tmp_path / "results").iterdir()) == []  # nothing filed, no page written
+  assert main.main(["report", "--results", str(tmp_path / "nowhere")]) == 2
+  assert "--results" in capsys.readouterr().err

@@ -6,7 +6,6 @@ command behind every run.
 With --results RESULTS (the repository's results/), each DIR (a finished sweep) is filed as
 RESULTS/<grid>_<variant>/ (summaries and logged losses, nplace/studies/results.py), and
 RESULTS/README.md is regenerated from everything filed there, judged by each grid's protocol."""
-import re
 import shlex
 
 from absl import flags
@@ -29,12 +28,6 @@ COMMAND = Command("nplace report DIR... --out OUT | nplace report --results RESU
                   __doc__, _define, config="none", args=True)
 
 
-def results_name(config: str) -> str:
-  """`experiments/stability.py:cpu` -> `stability_cpu`."""
-  file, _, arg = config.partition(":")
-  return re.sub(r"[^\w.-]+", "_", "_".join(p for p in (epath.Path(file).stem, arg) if p))
-
-
 def _trained_config(run):
   """The config the trial's `nplace train` command trains."""
   return train.COMMAND.parse(shlex.split(run.command)[2:])[0].config
@@ -52,10 +45,7 @@ def main(argv):
       raise UsageError(f"--results {fv.results!r}: no such directory")
     try:
       for d in dirs:
-        config = runs.load(d).config
-        if not config:
-          raise UsageError(f"{d}: not a sweep (no sweep.json): only sweeps are filed as results")
-        study = results.export(d, epath.Path(fv.results) / results_name(config), _trained_config)
+        study = results.export(d, fv.results, _trained_config)
         print(f"filed {len(study.trials)} trials of {d} in {study.path}")
       path = verdicts.write(fv.results)
     except runs.RunsError as e:

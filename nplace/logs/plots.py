@@ -69,9 +69,10 @@ class _InView(ticker.Locator):
     return self.locator.view_limits(vmin, vmax)
 
 
-def new_figure():
+def new_figure(**margins):
+  """A figure of the shared size with one axes; `margins` override MARGINS (e.g. a wider left)."""
   fig = Figure(figsize=(WIDTH / DPI, HEIGHT / DPI), dpi=DPI)
-  fig.subplots_adjust(**MARGINS)
+  fig.subplots_adjust(**(MARGINS | margins))
   FigureCanvasAgg(fig)
   return fig, fig.add_subplot()
 
@@ -184,10 +185,7 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None,
 def dots(values, xlabel, vlines=None) -> Figure:
   """One row per label (top to bottom): each value a dot, their mean a bar; `vlines` label -> x
   drawn dashed and labelled along the line. For a few configurations' final losses side by side."""
-  fig = Figure(figsize=(WIDTH / DPI, HEIGHT / DPI), dpi=DPI)
-  fig.subplots_adjust(left=0.42, right=0.97, bottom=0.16, top=0.9)
-  FigureCanvasAgg(fig)
-  ax = fig.add_subplot()
+  fig, ax = new_figure(left=0.42)  # room for the labels
   labels = list(values)
   for row, label in enumerate(labels):
     x = np.asarray(values[label], np.float64)

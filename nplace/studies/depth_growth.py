@@ -38,8 +38,7 @@ class Measures:
   def __init__(self, protocol, arms: dict, trials):
     self.protocol, self.points = protocol, {}  # (arm, shape) -> {depth: trial}
     for trial in trials:
-      arm = next((label for label, model in arms.items()
-                  if all(trial.overrides.get(k) == v for k, v in model.items())), None)
+      arm = protocol_lib.arm_of(arms, trial.overrides)
       if arm is not None and DEPTH in trial.overrides:
         shape = f"weight decay {trial.overrides.get(WEIGHT_DECAY, 'as configured')}"
         self.points.setdefault((arm, shape), {})[int(trial.overrides[DEPTH])] = trial

@@ -24,14 +24,20 @@ class Trial:
   command: str  # `nplace train ...` that runs this trial alone
 
 
-def load_sweep(config_spec: str) -> list[dict]:
-  """`get_sweep(ARG)` (or `get_sweep()`) of the experiment file in `FILE[:ARG]`."""
-  path, _, arg = config_spec.partition(":")
+def load_module(path):
+  """The experiment file at `path`, run as a module; GridError when there is none."""
   if not pathlib.Path(path).is_file():
     raise GridError(f"{path}: no such experiment file")
   spec = importlib.util.spec_from_file_location(f"nplace_grid_{pathlib.Path(path).stem}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  return module
+
+
+def load_sweep(config_spec: str) -> list[dict]:
+  """`get_sweep(ARG)` (or `get_sweep()`) of the experiment file in `FILE[:ARG]`."""
+  path, _, arg = config_spec.partition(":")
+  module = load_module(path)
   if not hasattr(module, "get_sweep"):
     raise GridError(f"{path} has no get_sweep(arg): nothing to sweep")
   try:

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from nplace.studies import outcomes
+from nplace.studies import outcomes, protocol as protocol_lib
 
 LR, SEED = "optim.lr", "seed"
 SHAPE_KEYS = (("model.n_layer", "depth"), ("model.d_model", "width"))
@@ -44,8 +44,7 @@ class Measures:
     self.trials = []  # (arm, shape, seed, lr, trial, outcome)
     did_not_learn = protocol.threshold("did_not_learn")
     for trial in trials:
-      arm = next((label for label, model in arms.items()
-                  if all(trial.overrides.get(k) == v for k, v in model.items())), None)
+      arm = protocol_lib.arm_of(arms, trial.overrides)
       if arm is None:
         continue
       outcome = outcomes.classify(trial.summary, trial.loss, trial.warmup, did_not_learn)
@@ -103,12 +102,12 @@ class Measures:
     found = [t[5] for t in self.trials if t[:2] == (arm, shape) and t[3] == lr]
     return {c: found.count(c) for c in outcomes.CLASSES}
 
-  def mean_curve(self, arm: str, shape: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(lrs, mean final loss over the seeds that stayed finite, std) for the figure."""
-    lrs, means, stds = [], [], []
+  def mean_curve(self, arm: str, shape: str) -> tuple[np.ndarray, np.ndarray]:
+    """(lrs, mean final loss over the seeds that stayed finite) for the figure and the best lr."""
+    lrs, means = [], []
     for lr in self.lrs:
       losses = [self.final_loss(t) for t in self.trials if t[:2] == (arm, shape) and t[3] == lr]
       finite = [x for x in losses if math.isfinite(x)]
       if finite:
-        lrs.append(lr), means.append(np.mean(finite)), stds.append(np.std(finite))
-    return np.array(lrs), np.array(means), np.array(stds)
+        lrs.append(lr), means.append(np.mean(finite))
+    return np.array(lrs), np.array(means)

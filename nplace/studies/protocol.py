@@ -75,6 +75,12 @@ class Verdict:
   would_change: str
 
 
+def arm_of(arms: dict, overrides: dict) -> str | None:
+  """The label of the arm (label -> model overrides) whose every key the trial's overrides match."""
+  return next((label for label, model in arms.items()
+               if all(overrides.get(key) == value for key, value in model.items())), None)
+
+
 def _resampled_means(values_S, protocol: Protocol, rng) -> np.ndarray:
   values_S = np.asarray(values_S, float)
   return values_S[rng.integers(0, len(values_S), (protocol.bootstrap_resamples, len(values_S)))].mean(axis=1)

@@ -8,8 +8,8 @@ the per-layer moments at its first and last probe. A few KB a trial.
 import dataclasses
 import json
 import pathlib
+import re
 
-from nplace.logs import events
 from nplace.studies.report import runs as runs_lib
 from nplace.train.summary import Summary, SummaryError
 
@@ -41,16 +41,22 @@ class Study:
   trials: list[Trial]
 
 
-def export(sweep_dir, into, config_of) -> Study:
-  """Files the finished trials of the sweep in `sweep_dir` as results/NAME (`into`);
+def name_of(config: str) -> str:
+  """The results directory of a grid: `experiments/stability.py:cpu` -> `stability_cpu`."""
+  file, _, arg = config.partition(":")
+  return re.sub(r"[^\w.-]+", "_", "_".join(p for p in (pathlib.Path(file).stem, arg) if p))
+
+
+def export(sweep_dir, results_dir, config_of) -> Study:
+  """Files the finished trials of the sweep in `sweep_dir` as RESULTS/NAME (`name_of` its grid);
   `config_of(run)` is the config its command trains."""
   source = runs_lib.load(sweep_dir)
   if not source.config:
-    raise runs_lib.RunsError(f"{sweep_dir}: not a sweep (no sweep.json): nothing to file as results")
+    raise runs_lib.RunsError(f"{sweep_dir}: not a sweep (no sweep.json): only sweeps are filed as results")
   trials = []
   for run in runs_lib.finished(source.runs):
     config = config_of(run)
-    steps, values = events.read_scalars(run.path).get("train/loss", ((), ()))
+    steps, values = runs_lib.scalars(run).get("train/loss", ((), ()))
     probes = {name: {"steps": [int(h.steps[0]), int(h.steps[-1])],
                      "values": [[float(v) for v in h.values[0]], [float(v) for v in h.values[-1]]]}
               for name, h in runs_lib.probes(run).items() if name in PROBED and len(h.steps)}
@@ -58,7 +64,7 @@ def export(sweep_dir, into, config_of) -> Study:
                         config.optim.warmup_steps, config.model.vocab_size, probes))
   if not trials:
     raise runs_lib.RunsError(f"{sweep_dir}: no finished trials to file")
-  into = pathlib.Path(into)
+  into = pathlib.Path(results_dir) / name_of(source.config)
   into.mkdir(parents=True, exist_ok=True)
   (into / GRID).write_text(json.dumps({"config": source.config}, indent=2) + "\n")
   (into / TRIALS).write_text("".join(t.to_json() + "\n" for t in trials))
