@@ -35,6 +35,7 @@ def run_main(capsys, *argv):
     ("--config.model.n_head=7", "model.d_model"),
     ("--config.model.dt=0", "model.dt"),
     ("--config.model.dt=-0.1", "model.dt"),
+    ("--config.model.embed_scale=0", "model.embed_scale"),
     ("--config.data.seq_len=1025", "data.seq_len"),
     ("--config.model.loss_chunks=0", "model.loss_chunks"),
     ("--config.model.loss_chunks=5", "model.loss_chunks"),
