@@ -1,26 +1,125 @@
-"""Study B: does a deep Post-Norm stack collapse to the frequency loss, and why?
+"""Study B: does a deep Post-Norm stack collapse to the frequency loss, and why? Judged by the
+pre-registered protocol below (`PROTOCOL`, version 1).
 
 `experiments/collapse.py:VARIANT`, VARIANT one of
-  cpu    48 layers of width 64 (deep48's shape) on the synthetic language (default)
-  paper  48 layers of width 1024 on C4 (tfds c4/en, GPT-2 tokenizer)
-The grid: Post-LN (the subject), Pre-LN and Peri-LN (controls), Post-LN with centered
-attention (the ablation: the prefix average removed) and Post-LN at GPT-2's scaled init
-(whose small branch gain should not collapse at init), all RMSNorm. Probes run every
-`probe.every` steps, so the report can draw similarity, norm backward factors and
-per-layer gradients over training.
+  cpu      protocol 1: 48 layers of width 32, 2,000 steps of 16 x 64 tokens at the base rate
+           6e-4, 3 seeds of each arm, probed every 250 steps (15 trials, ~1.5 h on 2 cores)
+  gpu      the same arms for one H100/H200-class card: 48 layers of width 256, 3,000 steps of
+           16 x 256 tokens in bfloat16, 5 seeds (run it with --batch 5); sized by estimate, not run
+  paper    48 layers of width 1024 on C4 (tfds c4/en, GPT-2 tokenizer), 3 seeds
+  v0_cpu   protocol 0: 200 steps of 48 x 64, one seed per arm (kept beside version 1)
+  v0_paper
+
+The arms: Post-LN at the variance-preserving init (the subject) and at GPT-2's scaled init;
+Post-LN with centered attention (the ablation: the prefix average removed); Pre-LN and Peri-LN
+(controls; Peri-LN with its embedding norm). All RMSNorm without biases.
+
+  nplace sweep --config experiments/collapse.py:cpu --workdir runs/collapse --batch 3
+  nplace report --results results/ runs/collapse     # judged by PROTOCOL
+  nplace report runs/collapse --out report           # heatmaps and gradient ratios per run
 """
 from nplace.config import base_config, variant
+from nplace.studies.protocol import Claim, Protocol, Threshold
 
-TRIALS = (  # (placement, attention, init)
-    ("post", "softmax", "variance_preserving"),
-    ("pre", "softmax", "variance_preserving"),
-    ("peri", "softmax", "variance_preserving"),
-    ("post", "centered", "variance_preserving"),
-    ("post", "softmax", "gpt2"),
+
+def _model(placement, attention="softmax", init="variance_preserving", embed_norm=False) -> dict:
+  # every key always set, so trial names line up
+  return {"model.placement": placement, "model.attention": attention, "model.init": init,
+          "model.embed_norm": embed_norm}
+
+
+ARMS = {
+    "Post-LN": _model("post"),
+    "Post-LN, GPT-2 init": _model("post", init="gpt2"),
+    "Post-LN, centered": _model("post", attention="centered"),
+    "Pre-LN": _model("pre"),
+    "Peri-LN": _model("peri", embed_norm=True),
+}
+SEEDS = {"cpu": range(3), "gpu": range(5), "paper": range(3)}
+V0_TRIALS = (("post", "softmax", "variance_preserving"), ("pre", "softmax", "variance_preserving"),
+             ("peri", "softmax", "variance_preserving"), ("post", "centered", "variance_preserving"),
+             ("post", "softmax", "gpt2"))  # (placement, attention, init), as protocol 0 ran them
+
+PROTOCOL = Protocol(
+    name="collapse", version=1,
+    summary="48-layer models trained for 2,000 steps (cpu tier), 3 seeds per arm; a claim holds "
+            "when it holds in every seed. Collapse is judged on the plateau: the mean train loss over "
+            "the last quarter of the run. Mechanisms from the probes: token similarity at init, the "
+            "bottom/top residual-gradient ratio and the norm backward factor over training. Fixed "
+            "before any run of this version.",
+    seeds=3, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95,
+    thresholds=(
+        Threshold("collapse_margin", 0.05, "nats: a plateau this close to the frequency loss is collapsed "
+                                           "(docs/science.md's definition)"),
+        Threshold("min_similarity_rise", 0.1, "the top layer's token similarity at init must exceed "
+                                              "block 1's by this much for the clones claim"),
+        Threshold("max_gradient_ratio", 0.01, "|dL/dh_1| / |dL/dh_L| below this is \"orders of magnitude\" "
+                                              "of gradient lost on the way down"),
+    ),
+    claims=(
+        Claim("post_collapses", "48-layer Post-LN sits at the frequency loss: it collapses",
+              metric="collapses", better="Post-LN", worse="Post-LN"),
+        Claim("post_gpt2_collapses", "It collapses at GPT-2's scaled init too",
+              metric="collapses", better="Post-LN, GPT-2 init", worse="Post-LN, GPT-2 init"),
+        Claim("centered_escapes", "Removing the prefix average (centered attention) stops the collapse",
+              metric="escapes", better="Post-LN, centered", worse="Post-LN, centered"),
+        Claim("pre_escapes", "Pre-LN does not collapse", metric="escapes", better="Pre-LN", worse="Pre-LN"),
+        Claim("peri_escapes", "Peri-LN does not collapse", metric="escapes", better="Peri-LN", worse="Peri-LN"),
+        Claim("clones_at_init", "At init, Post-LN's token similarity rises with depth (the raw cosine)",
+              metric="similarity_rises", better="Post-LN", worse="Post-LN"),
+        Claim("clones_at_init_centered", "... and with the batch-mean token removed (centered cosine)",
+              metric="similarity_centered_rises", better="Post-LN", worse="Post-LN"),
+        Claim("post_gradient_starves", "Post-LN's lower layers lose orders of magnitude of gradient in training",
+              metric="gradient_starves", better="Post-LN", worse="Post-LN"),
+        Claim("pre_gradient_kept", "Pre-LN's lower layers keep their gradient",
+              metric="gradient_kept", better="Pre-LN", worse="Pre-LN"),
+        Claim("post_backward_below_one", "Post-LN's norm backward factor is below 1 in training",
+              metric="backward_below_one", better="Post-LN", worse="Post-LN"),
+    ),
+)
+
+PROTOCOL_V0 = Protocol(
+    name="collapse", version=0,
+    summary="One seed per arm, 200 steps, collapse judged on the final validation loss; its "
+            "\"not collapsed\" verdicts for runs still far above the frequency loss are not evidence. "
+            "Kept so its committed results stay readable.",
+    seeds=1, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95,
+    thresholds=(Threshold("collapse_margin", 0.05, "nats from the frequency loss"),),
+    claims=(),
 )
 
 
+def protocol(arg: str = "cpu") -> Protocol:
+  get_config(arg)
+  return PROTOCOL_V0 if arg.startswith("v0") else PROTOCOL
+
+
 def _cpu():
+  """Width 32: 48 layers x 2,000 steps x 15 trials fit ~1.5 hours of 2 cores (6k tokens/s a trial)."""
+  c = base_config()
+  c.model.update(vocab_size=512, max_len=64, n_layer=48, n_head=4, d_model=32, norm="rmsnorm",
+                 use_bias=False, remat="none")
+  c.data.seq_len = 64
+  c.train.update(steps=2000, batch_size=16, log_every=10, eval_every=500, eval_batches=4,
+                 peak_flops=2e11)
+  c.optim.update(lr=6e-4, warmup_steps=100)
+  c.probe.update(every=250, power_iters=0, hutchinson_probes=2)
+  c.checkpoint.every = 500
+  return c
+
+
+def _gpu():
+  """~6 x 48 x 12 x 256^2 x 16 x 256 x 3,000 ~ 2e14 FLOP a trial: minutes on one card for 15."""
+  c = _cpu()
+  c.model.update(vocab_size=2048, max_len=256, d_model=256, dtype="bfloat16")
+  c.data.update(seq_len=256, synthetic_tokens=2 ** 24)
+  c.train.update(steps=3000, eval_every=1000, eval_batches=8, peak_flops=9.9e14)
+  c.probe.every = 500
+  c.checkpoint.every = 1000
+  return c
+
+
+def _v0_cpu():
   c = base_config()
   c.model.update(vocab_size=512, max_len=64, n_layer=48, n_head=4, d_model=64, norm="rmsnorm",
                  use_bias=False, remat="none")
@@ -46,10 +145,13 @@ def _paper():
 
 
 def get_config(arg: str = "cpu"):
-  return variant("collapse", arg, {"cpu": _cpu, "paper": _paper})
+  return variant("collapse", arg, {"cpu": _cpu, "gpu": _gpu, "paper": _paper, "v0_cpu": _v0_cpu,
+                                   "v0_paper": _paper})
 
 
 def get_sweep(arg: str = "cpu") -> list[dict]:
   get_config(arg)  # validates arg
-  return [{"model.placement": placement, "model.attention": attention, "model.init": init}
-          for placement, attention, init in TRIALS]
+  if arg.startswith("v0"):
+    return [{"model.placement": placement, "model.attention": attention, "model.init": init}
+            for placement, attention, init in V0_TRIALS]
+  return [{**model, "seed": seed} for model in ARMS.values() for seed in SEEDS[arg]]
