@@ -129,3 +129,9 @@ def test_a_plateau_is_the_last_quarters_mean_within_the_margin():
   falling = [(s, FREQ + 1 - s / 400) for s in range(10, 410, 10)]  # reaches it only at the end
   assert not outcomes.plateau(falling, FREQ, 0.05)
   assert outcomes.plateau([], FREQ, 0.05) is None
+
+
+def test_the_plateau_gap_is_the_last_quarters_mean_minus_the_level():
+  loss = [(s, FREQ + (1.0 if s < 300 else 0.2)) for s in range(10, 410, 10)]  # last quarter: 0.2 above
+  assert outcomes.plateau_gap(loss, FREQ) == pytest.approx(0.2)
+  assert outcomes.plateau_gap([], FREQ) is None

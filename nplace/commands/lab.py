@@ -1,10 +1,15 @@
 """The placement lab. `nplace lab PLACEMENT`: the placement's scorecard at init next to post,
 pre and peri: hidden-state growth, the block Jacobians' scale invariance, token similarity,
 the norms' backward factors, the gradient ratio and the end-to-end Jacobian, a score (how many
-orders of magnitude the model is off balance) and its stability prediction. `nplace lab --rank
-SWEEP_DIR`: the lab's score of each configuration of a sweep against its measured outcome
-(Spearman's rho). The model is --config (default experiments/placements.py: study A's CPU
-stress grid) made --depth blocks deep and --width wide, probed at init on a random batch."""
+orders of magnitude the model is off balance) and its stability prediction. The model is
+--config (default experiments/placements.py: study A's CPU stress grid) made --depth blocks
+deep and --width wide, probed at init on a random batch.
+
+`nplace lab --rank RESULTS/STUDY` (a committed learning-rate sweep, e.g. results/stability_cpu):
+every configuration and seed scored at its trained depth, width and init, ranked against its
+LR sensitivity (Spearman's rho with a bootstrap interval over seeds), written to
+STUDY/lab.json for `nplace report --results`. `nplace lab --rank SWEEP_DIR` (protocol 0): the
+sweep's configurations scored on the --depth x --width model against their failure rate."""
 import json
 import pathlib
 
@@ -14,6 +19,7 @@ from nplace.commands.flags import Command
 from nplace.config import experiment_path
 from nplace.errors import UsageError
 from nplace.model.placements import PLACEMENTS
+from nplace.studies import results
 from nplace.studies.lab import checks, measure, rank
 
 DEFAULT_CONFIG = "experiments/placements.py"
@@ -46,7 +52,14 @@ def main(argv):
   if fv.rank:
     if placement is not None:
       raise UsageError(f"--rank takes no PLACEMENT (got {placement!r}): it scores the sweep's own")
-    out = rank.rank(fv.config, fv.rank, fv.depth, fv.width)
+    if (pathlib.Path(fv.rank) / results.GRID).is_file():
+      given = [f"--{name}" for name in ("depth", "width", "config") if fv[name].present]
+      if given:
+        raise UsageError(f"{given[0]}: a results study is scored with its own grid's config, "
+                         "at each configuration's trained depth and width")
+      out = rank.rank_sensitivity(fv.rank)
+    else:
+      out = rank.rank(fv.config, fv.rank, fv.depth, fv.width)
   else:
     if placement not in PLACEMENTS:
       raise UsageError(f"placement {placement!r}: expected one of {', '.join(PLACEMENTS)}"

@@ -145,12 +145,18 @@ def classify(summary: Summary, loss, warmup: int, did_not_learn: float) -> str:
   return LEARNED if _finite(val) and _finite(freq) and val < freq else DID_NOT_LEARN
 
 
-def plateau(loss, level: float, margin: float) -> bool | None:
-  """Study B's `collapsed` judged on a plateau, not one point: the mean logged train loss over
-  the last quarter of the run lies within `margin` of `level` (the frequency loss). A mean,
-  because one batch's loss is noisier than the margin. None without logged losses."""
+def plateau_gap(loss, level: float) -> float | None:
+  """The mean logged train loss over the last quarter of the run minus `level`; a mean,
+  because one batch's loss is noisier than study B's margin. None without logged losses."""
   if not loss:
     return None
   last = max(step for step, _ in loss)
   tail = [value for step, value in loss if step >= 0.75 * last]
-  return bool(abs(float(np.mean(tail)) - level) <= margin)
+  return float(np.mean(tail)) - level
+
+
+def plateau(loss, level: float, margin: float) -> bool | None:
+  """Study B's `collapsed` judged on a plateau, not one point: the last quarter's mean train
+  loss within `margin` of `level` (the frequency loss). None without logged losses."""
+  gap = plateau_gap(loss, level)
+  return None if gap is None else bool(abs(gap) <= margin)

@@ -3,18 +3,20 @@
 `results/NAME/grid.json` names the grid (`experiments/FILE.py:ARG`, relative to the repository);
 `results/NAME/trials.jsonl` holds one trial per line: its name, its overrides, its summary, the
 logged train loss `[[step, loss], ...]`, its warmup and vocabulary size, and for a probed run
-the per-layer moments at its first and last probe. A few KB a trial.
+the probes the verdicts read (`PROBED`), per layer at every probed step. A few KB a trial.
 """
 import dataclasses
 import json
 import pathlib
 import re
 
+from nplace.studies import grid
 from nplace.studies.report import runs as runs_lib
 from nplace.train.summary import Summary, SummaryError
 
 TRIALS, GRID = "trials.jsonl", "grid.json"
-PROBED = ("mean_abs", "var_entry", "var_data")  # the probes filed (first and last probe, per layer)
+PROBED = ("mean_abs", "var_entry", "var_data",  # growth over depth
+          "similarity", "similarity_centered", "grad_h", "norm_backward", "norm_in_backward")  # collapse
 
 
 @dataclasses.dataclass
@@ -25,7 +27,7 @@ class Trial:
   loss: list[tuple[int, float]]  # the logged train loss
   warmup: int
   vocab_size: int
-  probes: dict = dataclasses.field(default_factory=dict)  # name -> {"steps": [first, last], "values": [[per layer]] x 2}
+  probes: dict = dataclasses.field(default_factory=dict)  # name -> {"steps": [...], "values": [[per layer], ...]}
 
   def to_json(self) -> str:
     record = dataclasses.asdict(self)
@@ -39,6 +41,17 @@ class Study:
   path: pathlib.Path
   config: str  # experiments/FILE.py:ARG
   trials: list[Trial]
+
+
+def grid_module(study: Study, repo=None):
+  """(the experiment module of the study's grid, its ARG); grid files are found relative to
+  `repo` (default: the results directory's parent, the repository)."""
+  repo = pathlib.Path(repo) if repo else study.path.absolute().parent.parent
+  file, _, arg = study.config.partition(":")
+  try:
+    return grid.load_module(repo / file), arg
+  except grid.GridError as e:
+    raise runs_lib.RunsError(f"{study.path}: its grid: {e}") from None
 
 
 def name_of(config: str) -> str:
@@ -57,8 +70,7 @@ def export(sweep_dir, results_dir, config_of) -> Study:
   for run in runs_lib.finished(source.runs):
     config = config_of(run)
     steps, values = runs_lib.scalars(run).get("train/loss", ((), ()))
-    probes = {name: {"steps": [int(h.steps[0]), int(h.steps[-1])],
-                     "values": [[float(v) for v in h.values[0]], [float(v) for v in h.values[-1]]]}
+    probes = {name: {"steps": [int(s) for s in h.steps], "values": [[float(v) for v in row] for row in h.values]}
               for name, h in runs_lib.probes(run).items() if name in PROBED and len(h.steps)}
     trials.append(Trial(run.name, run.overrides, run.summary, list(zip(steps, values)),
                         config.optim.warmup_steps, config.model.vocab_size, probes))

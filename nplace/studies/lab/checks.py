@@ -17,6 +17,14 @@ import numpy as np
 
 from nplace.studies import fits
 
+RULE_VERSION = 2
+RULE_HISTORY = (  # (version, commit, what changed): a rule changed after results is a new version
+    (1, "e4f52bc", "the five terms; a block that is the identity at init (ReZero) made the scale check "
+                   "NaN, and so its score"),
+    (2, "16a65bc", "such a block counts as scale-invariant (ratio 1); made minutes before the placement "
+                   "grid's results (results/v0/), so those do not test it blind: the LR-sensitivity "
+                   "ranking is its first test fixed beforehand"),
+)
 SCALE = 10.0  # the output projections' multiplier c of the scale-invariance check
 CLONES = 0.9  # top-layer mean cosine at or above which the tokens count as clones
 STABLE_BELOW = 1.0  # score below which a placement is predicted to train stably

@@ -1,15 +1,21 @@
-"""Does the lab's init-time score rank a sweep's configurations as training did (`nplace lab
---rank`)? Each configuration (the trials that differ only in their seed) gets the lab score of
-its model (its `model.*` overrides on the lab model) and its measured outcome: the failure rate
-(nplace.studies.outcomes), then the mean final val loss of its
-runs that stayed finite. Spearman's rho between the two rankings (+1: the score orders the
-configurations exactly as training did, most stable first)."""
+"""Does the lab's init-time score rank configurations as training did (`nplace lab --rank`)?
+
+Against learning-rate sensitivity (`rank_sensitivity`, judged by `PROTOCOL`): a committed
+results study's configurations, each scored at its trained depth and width and at every trained
+seed's init, ranked against their LR sensitivity; Spearman's rho with a bootstrap over seeds.
+
+Protocol 0 (`rank`, a sweep directory): each configuration (the trials that differ only in their
+seed) scored on the lab model and ranked by its failure rate (nplace.studies.outcomes), then
+the mean final val loss of its runs that stayed finite. +1: the score orders the configurations
+exactly as training did, most stable first."""
+import json
 import math
 
 import numpy as np
 
-from nplace.errors import UsageError
-from nplace.studies import outcomes
+from nplace.config import validate
+from nplace.errors import ConfigError, UsageError
+from nplace.studies import grid, lr_sensitivity, outcomes, protocol as protocol_lib, results
 from nplace.studies.lab import checks as lab_checks, measure
 from nplace.studies.report import markdown, runs as runs_lib, study_a
 
@@ -90,3 +96,140 @@ def rank(base, sweep_dir, depth: int, width: int) -> dict:
   return {"sweep": str(sweep_dir), "depth": depth, "width": width, "rule": lab_checks.RULE,
           "spearman": rho, "rows": table,
           "cards": [{"model": dict(m), **card} for m, card in cards.items()]}
+
+
+# --- The lab against learning-rate sensitivity (a committed results study, protocol 1) ---
+
+SCORES = "lab.json"  # in a results study: the lab's score of every configuration and seed
+
+PROTOCOL = protocol_lib.Protocol(
+    name="lab", version=1,
+    summary="The lab's init-time score (rule version in the table) of each configuration of an "
+            "LR-sensitivity grid, at its trained depth and width and each trained seed's init, ranked "
+            "against its LR sensitivity (cap ln V; lower = more stable for both). Spearman's rho over "
+            "the configurations' seed means, with a bootstrap over seeds (each configuration's seeds "
+            "resampled, score and sensitivity kept paired). Fixed before the first ranking.",
+    seeds=3, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
+    thresholds=(protocol_lib.Threshold("target_rho", 0.8, "Spearman's rho the lab set out to reach "
+                                                          "(its target since it was built)"),),
+    claims=(
+        protocol_lib.Claim("lab_agrees", "The lab's score ranks the configurations as their LR sensitivity "
+                           "does (rho's interval above 0)", metric="rho_above_zero",
+                           better="lab score", worse="LR sensitivity"),
+        protocol_lib.Claim("lab_meets_target", "... well enough to stand in for the sweep (rho at least "
+                           "the target)", metric="rho_at_target", better="lab score", worse="LR sensitivity"),
+    ),
+)
+
+
+class Ranking:
+  """Each configuration (arm, shape) of an LR-sensitivity study: the lab score and the LR
+  sensitivity of every seed, paired by seed; `scores` (arm, shape, seed) -> lab score."""
+
+  def __init__(self, protocol, measures, scores: dict):
+    self.protocol, self.rows = protocol, []  # (arm, shape, scores_S, sensitivities_S)
+    for shape in measures.shapes:
+      for arm in measures.arms:
+        pairs = [(scores[(arm, shape, seed)], value) for seed, value in
+                 zip(measures.seeds, measures.per_seed("lr_sensitivity", arm, shape))
+                 if value is not None and (arm, shape, seed) in scores]
+        if pairs:
+          self.rows.append((arm, shape, *map(np.array, zip(*pairs))))
+    self.seeds = measures.seeds
+
+  def rho(self) -> tuple[float, float, float]:
+    """Spearman's rho of the seed means and its bootstrap interval over seeds."""
+    rho = spearman([s.mean() for _, _, s, _ in self.rows], [v.mean() for _, _, _, v in self.rows])
+    rng = np.random.default_rng(self.protocol.bootstrap_seed)
+    resampled = []
+    for _ in range(self.protocol.bootstrap_resamples):
+      picks = [rng.integers(0, len(s), len(s)) for _, _, s, _ in self.rows]
+      resampled.append(spearman([s[i].mean() for (_, _, s, _), i in zip(self.rows, picks)],
+                                [v[i].mean() for (_, _, _, v), i in zip(self.rows, picks)]))
+    resampled = np.array(resampled)
+    resampled = resampled[np.isfinite(resampled)]
+    if not len(resampled):
+      return rho, math.nan, math.nan
+    tail = (1 - self.protocol.interval) / 2 * 100
+    low, high = np.percentile(resampled, [tail, 100 - tail])
+    return rho, float(low), float(high)
+
+  def verdict(self, claim, protocol) -> protocol_lib.Verdict:
+    if len(self.rows) < 3:
+      return protocol_lib.Verdict(claim, protocol_lib.NOT_TESTABLE, (), None,
+                                  "at least 3 configurations scored and swept")
+    rho, low, high = self.rho()
+    effect = protocol_lib.Effect(f"{len(self.rows)} configurations", rho, low, high, len(self.seeds),
+                                 "Spearman's rho, lab score vs LR sensitivity")
+    if claim.metric == "rho_above_zero":
+      held, change = low > 0, "an interval reaching 0"
+    else:
+      target = protocol.threshold("target_rho")
+      held, change = rho >= target, f"rho crossing {target:g}"
+    verdict = protocol_lib.REPRODUCED if held else protocol_lib.NOT_REPRODUCED
+    return protocol_lib.Verdict(claim, verdict, (effect,), None,
+                                change + ("" if held else " the other way") + "; more configurations or seeds")
+
+
+def scores_of(study) -> tuple[dict, dict]:
+  """(arm, shape, seed) -> score from a results study's lab.json, and the file's header."""
+  record = json.loads((study.path / SCORES).read_text())
+  return ({(r["arm"], r["shape"], r["seed"]): r["score"] for r in record["scores"]},
+          {k: v for k, v in record.items() if k != "scores"})
+
+
+def sensitivity_measures(study, repo=None):
+  """(the study's lr_sensitivity.Measures under its grid's protocol, the grid module, ARG);
+  UsageError when the grid is not a learning-rate sweep."""
+  try:
+    module, arg = results.grid_module(study, repo)
+  except runs_lib.RunsError as e:
+    raise UsageError(str(e)) from None
+  if not hasattr(module, "protocol") or not hasattr(module, "ARMS"):
+    raise UsageError(f"--rank {study.path}: its grid {study.config} declares no protocol(arg) and ARMS")
+  measures = lr_sensitivity.Measures(module.protocol(arg), module.ARMS, study.trials)
+  if not measures.swept:
+    raise UsageError(f"--rank {study.path}: {study.config} is not a learning-rate sweep: "
+                     "nothing to rank the lab against")
+  return measures, module, arg
+
+
+def rank_sensitivity(study_dir) -> dict:
+  """Scores every configuration and seed of the results study in `study_dir` at its trained
+  shape and init, writes STUDY/lab.json (what `nplace report --results` ranks from) and prints
+  the ranking; returns the record."""
+  try:
+    study = results.load(study_dir)
+  except runs_lib.RunsError as e:
+    raise UsageError(str(e)) from None
+  measures, module, arg = sensitivity_measures(study)
+  base = module.get_config(arg)
+  configs = {}
+  for arm, shape, seed, _, trial, _ in measures.trials:
+    if (arm, shape, seed) not in configs:
+      try:
+        config = grid.apply(base, trial.overrides, f"{study.path}: {trial.name}")
+        validate(config)
+      except (grid.GridError, ConfigError) as e:
+        raise UsageError(str(e)) from None
+      configs[(arm, shape, seed)] = config
+  cards = measure.measure_all(configs)
+  record = {"config": study.config, "rule_version": lab_checks.RULE_VERSION, "rule": lab_checks.RULE,
+            "scores": [{"arm": a, "shape": s, "seed": seed, "score": card["score"],
+                        "prediction": card["prediction"]} for (a, s, seed), card in cards.items()]}
+  (study.path / SCORES).write_text(json.dumps(record, indent=1) + "\n")
+  ranking = Ranking(PROTOCOL, measures, scores_of(study)[0])
+  rho, low, high = ranking.rho()
+  print(ranking_table(ranking))
+  print(f"Spearman's rho {rho:.3f} [{low:.3f}, {high:.3f}] over {len(ranking.rows)} configurations; "
+        f"rule version {lab_checks.RULE_VERSION}: {lab_checks.RULE}\nwrote {study.path / SCORES}")
+  return record
+
+
+def ranking_table(ranking) -> str:
+  lab = average_ranks([s.mean() for _, _, s, _ in ranking.rows])
+  measured = average_ranks([v.mean() for _, _, _, v in ranking.rows])
+  body = [[shape, arm, ", ".join(f"{x:.2f}" for x in s), f"{a:g}", ", ".join(f"{x:.3f}" for x in v), f"{b:g}"]
+          for (arm, shape, s, v), a, b in zip(ranking.rows, lab, measured)]
+  return markdown.table(["shape", "arm", "lab score (per seed)", "lab rank", "LR sensitivity (per seed)",
+                         "sensitivity rank"], body)

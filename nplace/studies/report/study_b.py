@@ -6,11 +6,9 @@ import numpy as np
 from nplace.logs import plots
 from nplace.probes import figures
 from nplace.studies import outcomes
+from nplace.studies.collapse import BACKWARD, bottom_over_top
 from nplace.studies.report import generic, markdown, runs as runs_lib, study_a
 from nplace.train.summary import COLLAPSE_MARGIN, collapsed
-
-# The norm on the residual path (post) or on the branch input (pre: norm, peri: norm_in).
-BACKWARD = ("norm_backward", "norm_in_backward")
 
 
 def verdict_table(page, runs) -> str:
@@ -33,8 +31,7 @@ def gradient_ratio(run):
   history = runs_lib.probes(run).get("grad_h")
   if history is None or not len(history.steps):
     return None
-  values = np.asarray(history.values, np.float64)
-  return np.asarray(history.steps), values[:, 0] / values[:, -1]
+  return np.asarray(history.steps), bottom_over_top(history.values)
 
 
 def backward_summary(run):

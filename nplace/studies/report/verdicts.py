@@ -8,7 +8,7 @@ import pathlib
 import numpy as np
 
 from nplace.logs import plots
-from nplace.studies import depth_growth, fits, grid, lr_sensitivity, outcomes, protocol as protocol_lib, results
+from nplace.studies import collapse, depth_growth, fits, lr_sensitivity, outcomes, protocol as protocol_lib, results
 from nplace.studies.report import markdown
 from nplace.studies.report.runs import RunsError
 
@@ -38,7 +38,7 @@ def verdict_table(protocol, verdicts, tier: str, seeds: int) -> str:
   rows = [[f"{v.claim.statement} (`{v.claim.id}`)", tier, f"v{protocol.version}", f"**{v.verdict}**",
            _effects(v), str(seeds), v.would_change] for v in verdicts]
   return markdown.table(["claim", "tier", "protocol", "verdict",
-                         f"effect, mean [{protocol.interval:.0%} interval]",
+                         "effect, mean [interval]",
                          "seeds", "what would change it"], rows)
 
 
@@ -171,30 +171,78 @@ def growth_figures(page, key: str, measures) -> str:
   return "\n\n".join(parts)
 
 
+def _seed_values(values, digits=3) -> str:
+  return ", ".join(markdown.number(v, digits) for v in values)
+
+
+def collapse_table(measures) -> str:
+  """Per arm: each seed's plateau against the frequency loss, and the probes' mechanisms."""
+  rows = []
+  for arm in measures.arms:
+    cells = [_seed_values(measures.per_seed(metric, arm)[0]) for metric in
+             ("collapses", "similarity_rises", "similarity_centered_rises", "gradient_starves",
+              "backward_below_one")]
+    collapsed = sum(measures.per_seed("collapses", arm)[1])
+    fractions = [outcomes.learned_fraction(t.summary) for t in measures.by_arm[arm]]
+    rows.append([arm, f"{collapsed} of {len(measures.by_arm[arm])}", cells[0],
+                 markdown.mean_std([f for f in fractions if f is not None], 2), *cells[1:]])
+  return markdown.table(["arm", "collapsed", "plateau − frequency loss (per seed)", "learned fraction",
+                         "similarity rise at init", "centered similarity rise at init",
+                         "smallest gradient ratio", "largest backward factor after init"], rows)
+
+
+def _mean_over_seeds(pairs):
+  """(steps, mean) of several (steps, values) series over the steps they share."""
+  steps = sorted(set.intersection(*(set(np.asarray(s).tolist()) for s, _ in pairs)))
+  means = [np.mean([dict(zip(np.asarray(s).tolist(), v))[step] for s, v in pairs]) for step in steps]
+  return np.array(steps), np.array(means)
+
+
+def collapse_figures(page, key: str, measures) -> str:
+  loss, ratio = {}, {}
+  for arm in measures.arms:
+    trials = measures.by_arm[arm]
+    loss[arm] = _mean_over_seeds([tuple(zip(*t.loss)) for t in trials if t.loss])
+    found = [collapse.gradient_ratios(t) for t in trials]
+    if found and None not in found:
+      ratio[arm] = _mean_over_seeds(found)
+  s = measures.by_arm[measures.arms[0]][0].summary
+  lines = {f"frequency loss {s.frequency_loss:.2f}": s.frequency_loss}
+  if s.entropy_rate is not None:
+    lines[f"entropy rate {s.entropy_rate:.2f}"] = s.entropy_rate
+  parts = [page.figure(plots.curves(loss, "step", "train loss (nats), mean over seeds", "train loss",
+                                    hlines=lines, legend_above=True),
+                       f"{key}_loss", "train loss over training, mean over seeds")]
+  if ratio:
+    parts.append(page.figure(plots.curves(ratio, "step", "|dL/dh_1| / |dL/dh_L|, mean over seeds",
+                                          "bottom/top residual-gradient ratio", log_y=True, legend_above=True),
+                             f"{key}_gradient_ratio", "bottom/top residual-gradient ratio over training"))
+  return "\n\n".join(parts)
+
+
 def study_section(page, repo, study, index: int) -> str:
-  try:
-    module = grid.load_module(repo / study.config.partition(":")[0])
-  except grid.GridError as e:
-    raise RunsError(f"{study.path}: its grid: {e}") from None
-  arg = study.config.partition(":")[2]
+  module, arg = results.grid_module(study, repo)
   if not hasattr(module, "protocol") or not hasattr(module, "ARMS"):
     raise RunsError(f"{study.path}: its grid {study.config} declares no protocol(arg) "
                     "and ARMS: nothing to judge it by")
   protocol = module.protocol(arg)
-  growth = any(c.metric in depth_growth.METRICS for c in protocol.claims)
+  kind = next((m for m in (depth_growth, collapse) if any(c.metric in m.METRICS for c in protocol.claims)),
+              lr_sensitivity)
 
   def measures_for(p):
-    return (depth_growth if growth else lr_sensitivity).Measures(p, module.ARMS, study.trials)
+    return kind.Measures(p, module.ARMS, study.trials)
 
   measures = measures_for(protocol)
   key = f"{index}_{pathlib.Path(study.path).name}"
   thresholds = markdown.table(["threshold", "value", "meaning"],
                               [[f"`{t.name}`", markdown.number(t.value), t.doc] for t in protocol.thresholds])
   steps = sorted({t.summary.step for t in study.trials})
-  intervals = ("" if growth else f" Intervals: {protocol.interval:.0%} bootstrap over seeds "
+  intervals = ("" if kind is not lr_sensitivity else f" Intervals: {protocol.interval:.0%} bootstrap over seeds "
                f"({protocol.bootstrap_resamples} resamples, seed {protocol.bootstrap_seed}).")
-  if growth:
+  if kind is depth_growth:
     body = ["### Top-layer moments over depth", growth_table(measures), growth_figures(page, key, measures)]
+  elif kind is collapse:
+    body = ["### Per arm", collapse_table(measures), collapse_figures(page, key, measures)]
   elif measures.swept:
     body = ["### Learning-rate sensitivity per arm",
             "Per seed over the sweep's learning rates, then mean over seeds [interval]: "
