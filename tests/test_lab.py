@@ -233,3 +233,102 @@ def test_scale_ratio_counts_identity_blocks_as_invariant():
   assert lab_checks.scale_ratio([0.0, 0.0], [0.0, 0.0]) == 1.0
   np.testing.assert_allclose(lab_checks.scale_ratio([0.0, 2.0], [0.0, 8.0]), 2.0)  # sqrt(1 * 4)
   np.testing.assert_allclose(lab_checks.scale_ratio([1.0, 1.0], [10.0, 10.0]), 10.0)
+
+
+GRID = '''
+from nplace.config import base_config
+from nplace.studies.protocol import Claim, Protocol, Threshold
+ARMS = {"Pre": {"model.placement": "pre"}, "Peri": {"model.placement": "peri"}, "Post": {"model.placement": "post"}}
+def protocol(arg="cpu"):
+  return Protocol("g", 1, "", 2, 100, 0, 0.95, (Threshold("min_effect", 0.05, ""), Threshold("did_not_learn", 0.1, ""),
+                  Threshold("spike_rebound", 1.0, "")), ())
+def get_config(arg="cpu"):
+  c = base_config()
+  c.model.update(vocab_size=512, max_len=8, n_layer=2, d_model=32, n_head=2)
+  c.data.seq_len, c.probe.batch_size = 8, 2
+  return c
+'''
+FREQ = 3.5
+
+
+def results_study(tmp_path, losses):
+  """tmp_path/results/g: a committed LR sweep of experiments/g.py (placement x depth 2/4 x seeds
+  0, 1 x lrs 1e-3, 1e-2), `losses[placement]` its final val loss at the two rates."""
+  from nplace.studies.results import Trial
+  from nplace.train.summary import Summary
+  (tmp_path / "experiments").mkdir()
+  (tmp_path / "experiments" / "g.py").write_text(GRID)
+  study = tmp_path / "results" / "g"
+  study.mkdir(parents=True)
+  (study / "grid.json").write_text(json.dumps({"config": "experiments/g.py:cpu"}))
+  lines = []
+  for placement, curve in losses.items():
+    for depth in (2, 4):
+      for seed in (0, 1):
+        for lr, loss in zip((1e-3, 1e-2), curve):
+          overrides = {"model.n_layer": depth, "model.placement": placement, "optim.lr": lr, "seed": seed}
+          lines.append(Trial(grid.trial_name(overrides), overrides,
+                             Summary(step=10, val_loss=loss + 0.01 * seed, frequency_loss=FREQ, entropy_rate=1.0),
+                             [(10, loss)], 2, 512).to_json() + "\n")
+  (study / "trials.jsonl").write_text("".join(lines))
+  return study
+
+
+def test_rank_scores_each_configuration_and_seed_at_its_trained_shape(tmp_path, monkeypatch, capsys):
+  """`nplace lab --rank RESULTS/STUDY`: one lab model per (arm, shape, seed), built from the
+  grid's config and the trial's overrides; lab.json holds the scores and the rule's version, and
+  the results page ranks from it."""
+  study = results_study(tmp_path, {"pre": (2.0, 3.0), "peri": (2.0, 2.2), "post": (2.0, 4.0)})
+  asked = []
+
+  def measure_all(configs):
+    asked.extend((k, c.model.n_layer, c.model.placement, c.seed, c.model.d_model) for k, c in configs.items())
+    return {k: {"score": {"peri": 0.5, "pre": 1.0, "post": 2.0}[c.model.placement],
+                "prediction": "p"} for k, c in configs.items()}
+  monkeypatch.setattr(lab, "measure_all", measure_all)
+  assert main.main(["lab", "--rank", str(study)]) == 0
+  assert sorted(asked) == sorted(((a, f"depth {d}", s), d, a.lower(), s, 32)
+                                 for a in ("Pre", "Peri", "Post") for d in (2, 4) for s in (0, 1))
+  record = json.loads((study / "lab.json").read_text())
+  assert record["rule_version"] == lab_checks.RULE_VERSION and record["rule"] == lab_checks.RULE
+  assert len(record["scores"]) == 12
+  out = capsys.readouterr().out
+  assert "Spearman's rho 1.000 [1.000, 1.000] over 6 configurations" in out  # both orders: peri, pre, post
+
+  from nplace.studies.report import verdicts
+  page = verdicts.write(tmp_path / "results", repo=tmp_path).read_text()
+  assert f"lab protocol v{lab_rank.PROTOCOL.version}, rule version {lab_checks.RULE_VERSION}" in page
+  assert "| The lab's score ranks the configurations as their LR sensitivity does" in page
+  assert "**reproduced** | Spearman's rho, lab score vs LR sensitivity: 6 configurations: 1.00 [1.00, 1.00]" in page
+  assert all(f"| {v} | `{c}` |" in page for v, c, _ in lab_checks.RULE_HISTORY)
+
+
+def test_the_rank_bootstrap_resamples_seeds_in_pairs():
+  """Two seeds per configuration that order it oppositely: the interval spans the disagreement;
+  perfectly concordant seeds give [1, 1]."""
+
+  class Sweep:
+    arms, shapes, seeds = ["a", "b", "c"], ["s"], [0, 1]
+
+    def __init__(self, sensitivity):
+      self.sensitivity = sensitivity
+
+    def per_seed(self, metric, arm, shape):
+      return self.sensitivity[arm]
+  scores = {(a, "s", seed): {"a": 1, "b": 2, "c": 3}[a] for a in "abc" for seed in (0, 1)}
+  ranking = lab_rank.Ranking(lab_rank.PROTOCOL, Sweep({"a": [0.1, 0.1], "b": [0.2, 0.2], "c": [0.3, 0.3]}), scores)
+  assert ranking.rho() == (1.0, 1.0, 1.0)
+  mixed = lab_rank.Ranking(lab_rank.PROTOCOL, Sweep({"a": [0.1, 0.5], "b": [0.2, 0.2], "c": [0.3, 0.0]}), scores)
+  rho, low, high = mixed.rho()
+  assert low <= -0.5 and high == 1.0
+  verdicts = {v.claim.id: v.verdict for v in lab_rank.protocol_lib.judge(lab_rank.PROTOCOL, mixed)}
+  assert verdicts == {"lab_agrees": "not reproduced", "lab_meets_target": "not reproduced"}
+
+
+def test_rank_of_a_results_study_refuses_the_lab_models_flags(tmp_path, monkeypatch, capsys):
+  study = results_study(tmp_path, {"pre": (2.0, 3.0), "peri": (2.0, 2.2), "post": (2.0, 4.0)})
+  monkeypatch.setattr(lab, "measure_all", lambda configs: pytest.fail("measured despite bad input"))
+  for flag in (["--depth", "4"], ["--config.model.d_model=64"]):
+    assert main.main(["lab", "--rank", str(study), *flag]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "scored with its own grid's config" in err and flag[0].split("=")[0] in err

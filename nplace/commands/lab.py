@@ -53,7 +53,8 @@ def main(argv):
     if placement is not None:
       raise UsageError(f"--rank takes no PLACEMENT (got {placement!r}): it scores the sweep's own")
     if (pathlib.Path(fv.rank) / results.GRID).is_file():
-      given = [f"--{name}" for name in ("depth", "width", "config") if fv[name].present]
+      given = ([f"--{name}" for name in ("depth", "width") if fv[name].present]
+               + [a.split("=")[0] for a in argv if a.startswith("--config")])
       if given:
         raise UsageError(f"{given[0]}: a results study is scored with its own grid's config, "
                          "at each configuration's trained depth and width")

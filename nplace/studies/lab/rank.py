@@ -162,13 +162,16 @@ class Ranking:
     effect = protocol_lib.Effect(f"{len(self.rows)} configurations", rho, low, high, len(self.seeds),
                                  "Spearman's rho, lab score vs LR sensitivity")
     if claim.metric == "rho_above_zero":
-      held, change = low > 0, "an interval reaching 0"
+      held = low > 0
+      change = "an interval reaching 0" if held else "an interval above 0"
     else:
       target = protocol.threshold("target_rho")
-      held, change = rho >= target, f"rho crossing {target:g}"
+      held = rho >= target
+      change = f"rho below {target:g}" if held else f"rho reaching {target:g}"
     verdict = protocol_lib.REPRODUCED if held else protocol_lib.NOT_REPRODUCED
     return protocol_lib.Verdict(claim, verdict, (effect,), None,
-                                change + ("" if held else " the other way") + "; more configurations or seeds")
+                                f"{change} (the interval is over seeds only, not over the choice of "
+                                "configurations)")
 
 
 def scores_of(study) -> tuple[dict, dict]:

@@ -9,6 +9,7 @@ import numpy as np
 
 from nplace.logs import plots
 from nplace.studies import collapse, depth_growth, fits, lr_sensitivity, outcomes, protocol as protocol_lib, results
+from nplace.studies.lab import checks as lab_checks, rank as lab_rank
 from nplace.studies.report import markdown
 from nplace.studies.report.runs import RunsError
 
@@ -220,6 +221,33 @@ def collapse_figures(page, key: str, measures) -> str:
   return "\n\n".join(parts)
 
 
+def thresholds_table(protocol) -> str:
+  return markdown.table(["threshold", "value", "meaning"],
+                        [[f"`{t.name}`", markdown.number(t.value), t.doc] for t in protocol.thresholds])
+
+
+def lab_part(study, measures, tier: str) -> list[str]:
+  """The lab's init-time score of each configuration against its LR sensitivity, judged by the
+  lab's ranking protocol, from STUDY/lab.json (`nplace lab --rank STUDY`)."""
+  scores, header = lab_rank.scores_of(study)
+  protocol = lab_rank.PROTOCOL
+
+  def ranking_for(p):
+    return lab_rank.Ranking(p, measures, scores)
+  ranking = ranking_for(protocol)
+  history = markdown.table(["rule version", "commit", "what changed"],
+                           [[str(v), f"`{c}`", text] for v, c, text in lab_checks.RULE_HISTORY])
+  return [f"### The lab's init-time score against LR sensitivity: lab protocol v{protocol.version}, "
+          f"rule version {header['rule_version']}",
+          f"{protocol.summary} Scores: [{study.path.name}/{lab_rank.SCORES}]({study.path.name}/{lab_rank.SCORES}) "
+          f"(`nplace lab --rank results/{study.path.name}`). The rule: {header['rule']}",
+          thresholds_table(protocol),
+          verdict_table(protocol, protocol_lib.judge(protocol, ranking), tier, len(ranking.seeds)),
+          "With the threshold halved and doubled:", sensitivity_table(protocol, ranking_for),
+          "Per configuration (ranks: 1 = most stable):", lab_rank.ranking_table(ranking),
+          "The rule's versions:", history]
+
+
 def study_section(page, repo, study, index: int) -> str:
   module, arg = results.grid_module(study, repo)
   if not hasattr(module, "protocol") or not hasattr(module, "ARMS"):
@@ -234,8 +262,7 @@ def study_section(page, repo, study, index: int) -> str:
 
   measures = measures_for(protocol)
   key = f"{index}_{pathlib.Path(study.path).name}"
-  thresholds = markdown.table(["threshold", "value", "meaning"],
-                              [[f"`{t.name}`", markdown.number(t.value), t.doc] for t in protocol.thresholds])
+  thresholds = thresholds_table(protocol)
   steps = sorted({t.summary.step for t in study.trials})
   intervals = ("" if kind is not lr_sensitivity else f" Intervals: {protocol.interval:.0%} bootstrap over seeds "
                f"({protocol.bootstrap_resamples} resamples, seed {protocol.bootstrap_seed}).")
@@ -249,6 +276,8 @@ def study_section(page, repo, study, index: int) -> str:
             "mean(min(loss, cap)) − min(loss); a diverged run counts as the cap.",
             arm_table(protocol, measures), "### Final loss vs learning rate", figures(page, key, measures),
             "### Every grid point", outcome_table(protocol, measures)]
+    if (study.path / lab_rank.SCORES).is_file():
+      body += lab_part(study, measures, arg.split(",")[0])
   else:
     body = ["### Final loss per arm", final_table(protocol, measures),
             figures(page, key, measures), "### Every grid point", outcome_table(protocol, measures)]
