@@ -6,6 +6,8 @@ pre-registered protocol below (`PROTOCOL`, version 1).
   cpu     protocol 1: depths 6, 12, 24, 48 at width 32, each trained for the same 300 steps of
           16 x 64 tokens (lr 3e-3), with and without weight decay; Pre-LN and Peri-LN (with the
           embedding norm) at dt 1 and 0.1; probed at init and at the end (32 trials)
+  gpu     the same arms and depths for one H100/H200-class card: width 256, 2,000 steps of
+          16 x 256 tokens in bfloat16 (~3e16 FLOP in all; run it with --batch 4); not yet run
   paper   the same arms and depths at GPT-2 124M's width (768) on OpenWebText
   v0_cpu  protocol 0: depths 12, 24, 48 after 50 steps, plain Peri-LN, fitted over the layers
           of each model (kept beside version 1)
@@ -68,6 +70,17 @@ def _cpu():
   return c
 
 
+def _gpu():
+  c = _cpu()
+  c.model.update(vocab_size=2048, max_len=256, d_model=256, dtype="bfloat16")
+  c.data.update(seq_len=256, synthetic_tokens=2 ** 24)
+  c.train.update(steps=2000, eval_every=2000, eval_batches=8, peak_flops=9.9e14)
+  c.optim.update(lr=1e-3, warmup_steps=100)
+  c.probe.every = 2000
+  c.checkpoint.every = 1000
+  return c
+
+
 def _v0_cpu():
   c = _cpu()
   c.model.d_model = 64
@@ -90,7 +103,8 @@ def _paper():
 
 
 def get_config(arg: str = "cpu"):
-  return variant("growth", arg, {"cpu": _cpu, "paper": _paper, "v0_cpu": _v0_cpu, "v0_paper": _paper})
+  return variant("growth", arg, {"cpu": _cpu, "gpu": _gpu, "paper": _paper, "v0_cpu": _v0_cpu,
+                                 "v0_paper": _paper})
 
 
 def get_sweep(arg: str = "cpu") -> list[dict]:

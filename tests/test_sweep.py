@@ -123,7 +123,7 @@ def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsy
 
 @pytest.mark.parametrize("grid,trials,cells", [
     ("stability.py:cpu", 180, 12), ("stability.py:gpu", 300, 24), ("stability.py:paper,350m", 75, 6),
-    ("growth.py:cpu", 32, 8), ("collapse.py:cpu", 15, 5), ("collapse.py:gpu", 25, 5), ("collapse.py:paper", 15, 5)])
+    ("growth.py:cpu", 32, 8), ("growth.py:gpu", 32, 8), ("collapse.py:cpu", 15, 5), ("collapse.py:gpu", 25, 5), ("collapse.py:paper", 15, 5)])
 def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells, tmp_path, capsys):
   """The grid dry, through the console script's entry point: `--list` prints every trial (or
   cell of up to 15) and runs nothing."""
