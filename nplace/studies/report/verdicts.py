@@ -192,10 +192,12 @@ def collapse_table(measures) -> str:
                          "smallest gradient ratio", "largest backward factor after init"], rows)
 
 
-def _mean_over_seeds(pairs):
-  """(steps, mean) of several (steps, values) series over the steps they share."""
+def _mean_over_seeds(pairs, geometric=False):
+  """(steps, mean) of several (steps, values) series over the steps they share; the geometric
+  mean for a ratio spanning orders of magnitude."""
   steps = sorted(set.intersection(*(set(np.asarray(s).tolist()) for s, _ in pairs)))
-  means = [np.mean([dict(zip(np.asarray(s).tolist(), v))[step] for s, v in pairs]) for step in steps]
+  at = [[dict(zip(np.asarray(s).tolist(), v))[step] for s, v in pairs] for step in steps]
+  means = [np.exp(np.mean(np.log(v))) if geometric else np.mean(v) for v in at]
   return np.array(steps), np.array(means)
 
 
@@ -206,18 +208,19 @@ def collapse_figures(page, key: str, measures) -> str:
     loss[arm] = _mean_over_seeds([tuple(zip(*t.loss)) for t in trials if t.loss])
     found = [collapse.gradient_ratios(t) for t in trials]
     if found and None not in found:
-      ratio[arm] = _mean_over_seeds(found)
+      ratio[arm] = _mean_over_seeds(found, geometric=True)
   s = measures.by_arm[measures.arms[0]][0].summary
   lines = {f"frequency loss {s.frequency_loss:.2f}": s.frequency_loss}
   if s.entropy_rate is not None:
     lines[f"entropy rate {s.entropy_rate:.2f}"] = s.entropy_rate
-  parts = [page.figure(plots.curves(loss, "step", "train loss (nats), mean over seeds", "train loss",
-                                    hlines=lines, legend_above=True),
+  parts = [page.figure(plots.curves(loss, "step", "train loss (nats)", "train loss", hlines=lines,
+                                    legend_above=True),
                        f"{key}_loss", "train loss over training, mean over seeds")]
   if ratio:
-    parts.append(page.figure(plots.curves(ratio, "step", "|dL/dh_1| / |dL/dh_L|, mean over seeds",
-                                          "bottom/top residual-gradient ratio", log_y=True, legend_above=True),
-                             f"{key}_gradient_ratio", "bottom/top residual-gradient ratio over training"))
+    parts.append(page.figure(plots.curves(ratio, "step", "|dL/dh_1| / |dL/dh_L|", "bottom/top gradient ratio",
+                                          log_y=True, legend_above=True),
+                             f"{key}_gradient_ratio", "bottom/top residual-gradient ratio over training, "
+                                                      "geometric mean over seeds"))
   return "\n\n".join(parts)
 
 
