@@ -34,3 +34,13 @@ def test_dots_draw_each_value_and_the_mean_per_row():
   np.testing.assert_allclose(dots_.get_xdata(), [4.4, 4.5, 4.6])
   np.testing.assert_allclose(bar.get_xdata(), [4.5, 4.5])
   assert [t.get_text() for t in ax.texts] == ["frequency loss 4.48"]
+
+
+def test_a_legend_above_wraps_into_rows_inside_the_figure():
+  labels = ["Post-LN", "Post-LN, GPT-2 init", "Post-LN, centered", "Pre-LN", "Peri-LN"]
+  fig = plots.curves({label: ([0, 1], [1.0, 2.0]) for label in labels}, "step", "loss", "loss", legend_above=True)
+  fig.canvas.draw()
+  box = fig.axes[0].get_legend().get_window_extent()
+  assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height
+  assert box.y0 >= fig.axes[0].get_window_extent().y1 - 1  # above the axes, clear of the data
+  assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == labels

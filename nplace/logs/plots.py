@@ -8,6 +8,7 @@ PDF or SVG from `save` scales for a paper). Axis limits never stretch a nearly f
 catalog entry, never from the values, so two runs' images compare by eye.
 """
 import functools
+import math
 
 import matplotlib
 import numpy as np
@@ -23,6 +24,7 @@ STYLE = {"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fo
          "xtick.labelsize": 11, "ytick.labelsize": 11, "axes.grid": True, "grid.alpha": 0.3,
          "axes.titley": 1.0}
 MARGINS = {"left": 0.17, "right": 0.97, "bottom": 0.16, "top": 0.9}  # fixed: a layout engine costs ~4x the drawing
+LEGEND_COLUMNS, LEGEND_ROW = 3, 0.07  # a legend above the axes: entries per row, figure height per extra row
 MIN_DECADES = 1.0  # a log axis spans at least this much, a linear one 10% of its level
 
 
@@ -147,8 +149,10 @@ def set_yscale(ax, log):
 def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None, legend_above=False) -> Figure:
   """Several runs on one axis: label -> (x, y); `hlines` label -> y drawn dashed and labelled on
   the line at the axis' left edge (not in the legend, which then lists only the runs).
-  `legend_above`: the legend in a row above the axes, clear of the data, in place of the title."""
-  fig, ax = new_figure()
+  `legend_above`: the legend above the axes (rows of LEGEND_COLUMNS), clear of the data, in place
+  of the title."""
+  rows = math.ceil(len(series) / LEGEND_COLUMNS) if legend_above else 1
+  fig, ax = new_figure(top=MARGINS["top"] - LEGEND_ROW * (rows - 1))
   set_yscale(ax, log_y)
   if log_x:
     ax.set_xscale("log")
@@ -170,7 +174,7 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None,
   crowded = len(series) > 4  # smaller and see-through, so a legend over data hides none of it
   handles = ax.get_lines()[:len(series)]
   if series and legend_above:
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(series),
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(series), LEGEND_COLUMNS),
               fontsize=9, frameon=False, handlelength=1.2, columnspacing=1.0)
   elif series:
     ax.legend(handles=handles, loc="best", fontsize=8 if crowded else None, framealpha=0.5 if crowded else None)
