@@ -120,14 +120,11 @@ def _gpu():
 
 
 def _v0_cpu():
-  c = base_config()
-  c.model.update(vocab_size=512, max_len=64, n_layer=48, n_head=4, d_model=64, norm="rmsnorm",
-                 use_bias=False, remat="none")
-  c.data.seq_len = 64
-  c.train.update(steps=200, batch_size=16, log_every=10, eval_every=50, eval_batches=4,
-                 peak_flops=2e11)
+  c = _cpu()
+  c.model.d_model = 64
+  c.train.update(steps=200, eval_every=50)
   c.optim.update(lr=1e-3, warmup_steps=30)
-  c.probe.update(every=25, power_iters=0, hutchinson_probes=2)
+  c.probe.every = 25
   c.checkpoint.every = 100
   return c
 
