@@ -332,3 +332,20 @@ def test_rank_of_a_results_study_refuses_the_lab_models_flags(tmp_path, monkeypa
     assert main.main(["lab", "--rank", str(study), *flag]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "scored with its own grid's config" in err and flag[0].split("=")[0] in err
+
+
+@pytest.mark.parametrize("grid_text,needle", [
+    (GRID.replace("def protocol(", "def not_protocol("), "declares no protocol(arg) and ARMS"),
+    (None, "is not a learning-rate sweep"),
+])
+def test_rank_of_a_results_study_it_cannot_judge_is_one_line(tmp_path, monkeypatch, capsys, grid_text, needle):
+  study = results_study(tmp_path, {"pre": (2.0, 3.0), "peri": (2.0, 2.2), "post": (2.0, 4.0)})
+  if grid_text:
+    (tmp_path / "experiments" / "g.py").write_text(grid_text)
+  else:  # one point per arm and seed: no learning-rate sweep
+    lines = [line for line in (study / "trials.jsonl").read_text().splitlines() if '"optim.lr": 0.001' in line]
+    (study / "trials.jsonl").write_text("".join(line.replace('"optim.lr": 0.001, ', "") + "\n" for line in lines))
+  monkeypatch.setattr(lab, "measure_all", lambda configs: pytest.fail("measured despite bad input"))
+  assert main.main(["lab", "--rank", str(study)]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and needle in err, err

@@ -86,7 +86,8 @@ def _resampled_means(values_S, protocol: Protocol, rng) -> np.ndarray:
   return values_S[rng.integers(0, len(values_S), (protocol.bootstrap_resamples, len(values_S)))].mean(axis=1)
 
 
-def _bounds(means_R, protocol: Protocol) -> tuple[float, float]:
+def bounds(means_R, protocol: Protocol) -> tuple[float, float]:
+  """The protocol's percentile interval of resampled statistics."""
   tail = (1 - protocol.interval) / 2 * 100
   low, high = np.percentile(means_R, [tail, 100 - tail])
   return float(low), float(high)
@@ -94,13 +95,13 @@ def _bounds(means_R, protocol: Protocol) -> tuple[float, float]:
 
 def mean_interval(values_S, protocol: Protocol, rng) -> tuple[float, float, float]:
   """Mean over seeds and its bootstrap interval."""
-  return (float(np.mean(values_S)), *_bounds(_resampled_means(values_S, protocol, rng), protocol))
+  return (float(np.mean(values_S)), *bounds(_resampled_means(values_S, protocol, rng), protocol))
 
 
 def interval(better_S, worse_S, protocol: Protocol, rng) -> tuple[float, float, float]:
   """Mean of worse - better and its bootstrap interval, resampling each arm's seeds."""
   diff_R = _resampled_means(worse_S, protocol, rng) - _resampled_means(better_S, protocol, rng)
-  return (float(np.mean(worse_S) - np.mean(better_S)), *_bounds(diff_R, protocol))
+  return (float(np.mean(worse_S) - np.mean(better_S)), *bounds(diff_R, protocol))
 
 
 COMPARED = ("lr_sensitivity", "best_loss", "final_loss")  # per-seed values compared between arms

@@ -44,14 +44,19 @@ class Study:
 
 
 def grid_module(study: Study, repo=None):
-  """(the experiment module of the study's grid, its ARG); grid files are found relative to
-  `repo` (default: the results directory's parent, the repository)."""
+  """(the experiment module of the study's grid, its ARG), which declares `protocol(arg)` and
+  `ARMS` (what its results are judged by); grid files are found relative to `repo` (default:
+  the results directory's parent, the repository)."""
   repo = pathlib.Path(repo) if repo else study.path.absolute().parent.parent
   file, _, arg = study.config.partition(":")
   try:
-    return grid.load_module(repo / file), arg
+    module = grid.load_module(repo / file)
   except grid.GridError as e:
     raise runs_lib.RunsError(f"{study.path}: its grid: {e}") from None
+  if not hasattr(module, "protocol") or not hasattr(module, "ARMS"):
+    raise runs_lib.RunsError(f"{study.path}: its grid {study.config} declares no protocol(arg) "
+                             "and ARMS: nothing to judge it by")
+  return module, arg
 
 
 def name_of(config: str) -> str:

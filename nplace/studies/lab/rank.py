@@ -150,9 +150,7 @@ class Ranking:
     resampled = resampled[np.isfinite(resampled)]
     if not len(resampled):
       return rho, math.nan, math.nan
-    tail = (1 - self.protocol.interval) / 2 * 100
-    low, high = np.percentile(resampled, [tail, 100 - tail])
-    return rho, float(low), float(high)
+    return rho, *protocol_lib.bounds(resampled, self.protocol)
 
   def verdict(self, claim, protocol) -> protocol_lib.Verdict:
     if len(self.rows) < 3:
@@ -181,15 +179,13 @@ def scores_of(study) -> tuple[dict, dict]:
           {k: v for k, v in record.items() if k != "scores"})
 
 
-def sensitivity_measures(study, repo=None):
+def sensitivity_measures(study):
   """(the study's lr_sensitivity.Measures under its grid's protocol, the grid module, ARG);
   UsageError when the grid is not a learning-rate sweep."""
   try:
-    module, arg = results.grid_module(study, repo)
+    module, arg = results.grid_module(study)
   except runs_lib.RunsError as e:
     raise UsageError(str(e)) from None
-  if not hasattr(module, "protocol") or not hasattr(module, "ARMS"):
-    raise UsageError(f"--rank {study.path}: its grid {study.config} declares no protocol(arg) and ARMS")
   measures = lr_sensitivity.Measures(module.protocol(arg), module.ARMS, study.trials)
   if not measures.swept:
     raise UsageError(f"--rank {study.path}: {study.config} is not a learning-rate sweep: "
@@ -221,7 +217,7 @@ def rank_sensitivity(study_dir) -> dict:
             "scores": [{"arm": a, "shape": s, "seed": seed, "score": card["score"],
                         "prediction": card["prediction"]} for (a, s, seed), card in cards.items()]}
   (study.path / SCORES).write_text(json.dumps(record, indent=1) + "\n")
-  ranking = Ranking(PROTOCOL, measures, scores_of(study)[0])
+  ranking = Ranking(PROTOCOL, measures, {key: card["score"] for key, card in cards.items()})
   rho, low, high = ranking.rho()
   print(ranking_table(ranking))
   print(f"Spearman's rho {rho:.3f} [{low:.3f}, {high:.3f}] over {len(ranking.rows)} configurations; "
