@@ -33,8 +33,9 @@ def _define(fv):
                       "score and by their measured outcomes", flag_values=fv)
 
 
-COMMAND = Command("nplace lab PLACEMENT | --rank SWEEP_DIR [--depth 48] [--width 64] [--json OUT] "
-                  "[--config FILE[:ARG]] [--config.KEY=VALUE ...]", __doc__, _define, args=True)
+COMMAND = Command("nplace lab PLACEMENT [--depth 48] [--width 64] [--json OUT] [--config FILE[:ARG]] "
+                  "[--config.KEY=VALUE ...] | nplace lab --rank RESULTS/STUDY [--json OUT] | "
+                  "nplace lab --rank SWEEP_DIR [--depth 48] [--width 64] [--json OUT]", __doc__, _define, args=True)
 
 
 def _with_default_config(argv):
