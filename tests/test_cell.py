@@ -1,5 +1,5 @@
-"""Batched trials (`nplace sweep --batch K`) as a user runs them: a cell of seeds trains each
-trial as it trains alone; a diverging trial stops alone; SIGKILL, then SIGTERM, mid-cell; each
+"""Batched trials (`nplace sweep --batch K`) as a user runs them: a cell of trials that differ in
+every key a cell may vary trains and evaluates each trial as it does alone; a diverging trial stops alone; SIGKILL, then SIGTERM, mid-cell; each
 trial stays a run of its own (eval, probe, report); which trials share a cell."""
 import json
 import math
@@ -29,11 +29,21 @@ NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 def main_command_config(spec):
   """The config `nplace sweep --config SPEC` parses."""
   return sweep_command.COMMAND.parse(["--config", spec])[0].config
-GRID = '''
+
+
+# three trials apart in every key a cell may vary (cell.FREE): dt changes the eval's forward pass too
+KEYS = [{"seed": 0, "optim.lr": 2e-3, "optim.weight_decay": 0.1, "optim.b1": 0.9, "optim.b2": 0.95,
+         "optim.eps": 1e-8, "optim.min_lr_ratio": 0.1, "model.dt": 1.0},
+        {"seed": 1, "optim.lr": 3e-3, "optim.weight_decay": 0.0, "optim.b1": 0.8, "optim.b2": 0.99,
+         "optim.eps": 1e-6, "optim.min_lr_ratio": 0.5, "model.dt": 0.1},
+        {"seed": 2, "optim.lr": 1e-3, "optim.weight_decay": 0.3, "optim.b1": 0.95, "optim.b2": 0.9,
+         "optim.eps": 1e-7, "optim.min_lr_ratio": 0.0, "model.dt": 0.5}]
+NAMES = [grid.trial_name(t) for t in KEYS]
+GRID = f"KEYS = {KEYS!r}\n" + '''
 from nplace.config import experiment
 
 
-def get_config(arg="seeds"):
+def get_config(arg="keys"):
   c = experiment("tiny", "pre")  # the tiny preset, smaller still: these tests compile and train it
   c.model.update(n_layer=2, d_model=64)
   c.data.update(seq_len=32, synthetic_tokens=1 << 17)
@@ -44,9 +54,9 @@ def get_config(arg="seeds"):
   return c
 
 
-def get_sweep(arg="seeds"):
-  if arg == "seeds":
-    return [{"seed": s} for s in range(3)]
+def get_sweep(arg="keys"):
+  if arg == "keys":
+    return KEYS
   if arg == "diverge":
     return [{"optim.lr": 2e-3, "seed": 0}, {"optim.lr": 1e30, "seed": 0}, {"optim.lr": 3e-3, "seed": 1}]
   if arg == "pair":
@@ -54,7 +64,6 @@ def get_sweep(arg="seeds"):
   return [{"model.placement": p, "model.dt": dt, "seed": s} for p in ("pre", "peri") for dt in (1.0, 0.5)
           for s in (0, 1)]
 '''
-SEEDS = ["seed=0", "seed=1", "seed=2"]
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +80,12 @@ def nplace(*args, env):
 
 
 @pytest.fixture(scope="module")
-def seeds(experiment, env, tmp_path_factory):
-  """The 3-seed grid as one cell (probed every 10 steps) and one trial after another."""
-  root = tmp_path_factory.mktemp("seeds")
-  cell = nplace("sweep", "--config", f"{experiment}:seeds", "--workdir", root / "cell", "--batch", 3,
+def keys(experiment, env, tmp_path_factory):
+  """The KEYS grid as one cell (probed every 10 steps) and one trial after another."""
+  root = tmp_path_factory.mktemp("keys")
+  cell = nplace("sweep", "--config", f"{experiment}:keys", "--workdir", root / "cell", "--batch", 3,
                 "--config.probe.every=10", "--config.probe.power_iters=0", env=env)
-  nplace("sweep", "--config", f"{experiment}:seeds", "--workdir", root / "alone", env=env)
+  nplace("sweep", "--config", f"{experiment}:keys", "--workdir", root / "alone", env=env)
   return root, cell.stdout
 
 
@@ -84,43 +93,48 @@ def scalars(run_dir, tag):
   return events.read_scalars(run_dir)[tag]
 
 
-def test_a_cell_of_seeds_trains_each_trial_as_it_trains_alone(seeds):
-  """Every logged train loss and eval loss of each trial, in the cell against alone. rtol 1e-5:
-  float32 rounding only (the cell's batched matmuls and the lone run's all-reduce over the two
-  devices sum in other orders); measured ~2e-7 after 20 AdamW steps."""
-  root, stdout = seeds
-  assert "cell: 3 runs in one program (seed=0, seed=1, seed=2), differing in the seed" in stdout
-  for name in SEEDS:
+def test_a_cell_trains_and_evaluates_each_trial_as_it_does_alone(keys):
+  """Every logged train loss and eval loss (and the summary's val loss) of each trial, in the
+  cell against alone, for trials apart in every free key. rtol 1e-5: float32 rounding only (the
+  cell's batched matmuls and the lone run's all-reduce over the two devices sum in other
+  orders); measured ~2e-7 after 20 AdamW steps."""
+  root, stdout = keys
+  assert (f"cell: 3 runs in one program ({', '.join(NAMES)}), differing in "
+          f"{', '.join(cell_lib.steps.HYPERPARAMETERS)}") in stdout
+  for name in NAMES:
+    in_cell, alone = (Summary.read(root / which / name / "summary.json") for which in ("cell", "alone"))
+    assert in_cell.val_loss == pytest.approx(alone.val_loss, rel=1e-5), name
     for tag in ("train/loss", "eval/loss"):
       (cell_steps, in_cell), (alone_steps, alone) = scalars(root / "cell" / name, tag), scalars(root / "alone" / name, tag)
       assert cell_steps.tolist() == alone_steps.tolist() and len(cell_steps) >= 3
       np.testing.assert_allclose(in_cell, alone, rtol=1e-5, err_msg=f"{name} {tag}")
-  first = [scalars(root / "cell" / name, "train/loss")[1][0] for name in SEEDS]
+  first = [scalars(root / "cell" / name, "train/loss")[1][0] for name in NAMES]
   assert len(set(first)) == 3  # each its own init and data
   record = json.loads((root / "cell" / "sweep.json").read_text())
   assert [t["status"] for t in record["trials"]] == ["completed"] * 3
 
 
-def test_each_trial_of_a_cell_is_a_run_of_its_own(seeds, experiment, env, tmp_path):
+def test_each_trial_of_a_cell_is_a_run_of_its_own(keys, experiment, env, tmp_path):
   """Its own checkpoints, probes and summary: `nplace eval` and `nplace probe` read it alone."""
-  root, _ = seeds
-  run = root / "cell" / "seed=1"
+  root, _ = keys
+  run = root / "cell" / NAMES[1]
   summary = Summary.read(run / "summary.json")
   saved = lambda d: sorted(int(p.name) for p in (d / "checkpoints").iterdir())
-  assert saved(run) == saved(root / "alone" / "seed=1") and saved(run)[-2:] == [10, 20]
+  assert saved(run) == saved(root / "alone" / NAMES[1]) and saved(run)[-2:] == [10, 20]
   nplace("eval", "--workdir", run, "--json", tmp_path / "eval.json", env=env)
   assert json.loads((tmp_path / "eval.json").read_text())["val_loss"] == pytest.approx(summary.val_loss, rel=1e-6)
-  similarity = {name: scalars(root / "cell" / name, "probe/similarity/layer_002") for name in SEEDS}
+  similarity = {name: scalars(root / "cell" / name, "probe/similarity/layer_002") for name in NAMES}
   assert all(s[0].tolist() == [0, 10, 20] for s in similarity.values())
   assert len({float(s[1][-1]) for s in similarity.values()}) == 3  # each probed on its own slice
-  nplace("probe", "--config", f"{experiment}:seeds", "--config.seed=1", "--config.probe.power_iters=0",
+  trial = [f"--config.{key}={value}" for key, value in KEYS[1].items()]
+  nplace("probe", "--config", f"{experiment}:keys", *trial, "--config.probe.power_iters=0",
          "--workdir", run, "--json", tmp_path / "probe.json", env=env)
   probed = json.loads((tmp_path / "probe.json").read_text())
-  assert probed["step"] == 20 and probed["similarity"][-1] == pytest.approx(float(similarity["seed=1"][1][-1]), rel=1e-4)
+  assert probed["step"] == 20 and probed["similarity"][-1] == pytest.approx(float(similarity[NAMES[1]][1][-1]), rel=1e-4)
 
 
-def test_report_gives_the_batched_grid_the_table_of_the_unbatched_one(seeds, env, tmp_path):
-  root, _ = seeds
+def test_report_gives_the_batched_grid_the_table_of_the_unbatched_one(keys, env, tmp_path):
+  root, _ = keys
   tables = {}
   for which in ("cell", "alone"):
     nplace("report", root / which, "--out", tmp_path / which, env=env)

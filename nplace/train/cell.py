@@ -128,8 +128,10 @@ class Cell:
     return train_state.init(self.config, self.state_shardings, seeds)
 
   def compile(self) -> None:
-    self._train_step, self.eval_step = steps.compile_steps(self.config, self.mesh, self.state_shardings,
-                                                           self.varying if self.stacked else None)
+    self._train_step, eval_step = steps.compile_steps(self.config, self.mesh, self.state_shardings,
+                                                      self.varying if self.stacked else None)
+    # a cell's runs each evaluated at their own hyperparameters (model.dt changes the forward pass)
+    self.eval_step = (lambda params, batch: eval_step(params, batch, self.hyper)) if self.stacked else eval_step
 
   def next_batch(self):
     """The step's global batch: each running run's next rows (stacked for a cell)."""

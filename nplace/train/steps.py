@@ -77,12 +77,14 @@ def make_cell_step(config, varying: tuple[str, ...]):
 
 
 def make_eval_step(config):
-  """eval(params, batch) -> per-sequence token-mean losses `loss_B`, the teacher-forced argmax
-  predictions `pred_BT` and their targets `target_BT` (see nplace/train/evaluation.py)."""
+  """eval(params, batch, hyper={}) -> per-sequence token-mean losses `loss_B`, the teacher-forced
+  argmax predictions `pred_BT` and their targets `target_BT` (see nplace/train/evaluation.py);
+  `hyper` as the train step's (a cell's run is evaluated at its own `model.dt`)."""
   cfg = ModelConfig.of(config.model)
 
-  def evaluate(params, batch_BT1):
-    logits_BTV = decoder.apply(cfg, params, batch_BT1[:, :-1])
+  def evaluate(params, batch_BT1, hyper=None):
+    dt = (hyper or {}).get("model.dt")
+    logits_BTV = decoder.apply(cfg, params, batch_BT1[:, :-1], dt=dt)
     target_BT = batch_BT1[:, 1:]
     loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, target_BT).mean(-1)
     return {"loss_B": loss_B, "pred_BT": logits_BTV.argmax(-1).astype(jnp.int32), "target_BT": target_BT}
@@ -94,7 +96,8 @@ def compile_steps(config, mesh, state_shardings, varying=None):
   """The train and eval steps, jitted with explicit shardings (the state is donated) and
   traced under the mesh's activation layout. With `varying` (a cell: `mesh` has a `trial`
   axis, the state is stacked on it), the cell's steps: train(state_K, batch_KBT1, hyper,
-  active_K); eval(params_K, batch_BT1), every run on the same validation batch."""
+  active_K); eval(params_K, batch_BT1, hyper), every run on the same validation batch at its
+  own values of `varying`."""
   batch = sharding.batch_sharding(mesh, config.mesh)
   rep = sharding.replicated(mesh)
   options = cpu_split.compiler_options(mesh)
@@ -109,8 +112,9 @@ def compile_steps(config, mesh, state_shardings, varying=None):
                          in_shardings=(state_shardings, sharding.batch_sharding(mesh, config.mesh, trials=True),
                                        trials, trials),
                          out_shardings=(state_shardings, trials), donate_argnums=0, compiler_options=options)
-    eval_step = jax.jit(jax.vmap(make_eval_step(config), in_axes=(0, None), spmd_axis_name="trial"),
-                        in_shardings=(state_shardings["params"], batch), out_shardings=trials,
+    eval_step = jax.jit(jax.vmap(make_eval_step(config), in_axes=(0, None, {key: 0 for key in varying}),
+                                 spmd_axis_name="trial"),
+                        in_shardings=(state_shardings["params"], batch, trials), out_shardings=trials,
                         compiler_options=options)
   return (sharding.under_layout(train_step, mesh, config.mesh),
           sharding.under_layout(eval_step, mesh, config.mesh))
