@@ -3,7 +3,7 @@
 `experiments/deep48.py[:PLACEMENT]` swaps the placement (default post).
 """
 from nplace.config import base_config
-from nplace.model.placements import PLACEMENTS
+from nplace.placements import PLACEMENTS
 
 
 def get_config(arg: str = "post"):

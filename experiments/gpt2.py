@@ -4,7 +4,7 @@ SIZE is 124m | 350m | 774m | 1.5b (vocab 50257, context 1024, LayerNorm with bia
 PLACEMENT is post | pre | peri (default pre, as GPT-2).
 """
 from nplace.config import base_config
-from nplace.model.placements import PLACEMENTS
+from nplace.placements import PLACEMENTS
 
 SIZES = {  # n_layer, n_head, d_model
     "124m": (12, 12, 768),

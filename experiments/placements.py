@@ -1,5 +1,5 @@
 """The lab's ranking check: does `nplace lab`'s init-time score predict which placements
-train stably? Every placement of nplace/model/placements.py x 3 seeds on study A's CPU
+train stably? Every placement of nplace/placements.py x 3 seeds on study A's CPU
 stress grid (`stability.py:cpu`: its model, its stress learning rate, weight decay 0.1).
 
   nplace sweep --config experiments/placements.py --workdir runs/placements
@@ -8,7 +8,7 @@ stress grid (`stability.py:cpu`: its model, its stress learning rate, weight dec
 `get_config()` is also `nplace lab`'s default model (it then sets the depth and width).
 """
 from nplace.config import experiment
-from nplace.model.placements import PLACEMENTS
+from nplace.placements import PLACEMENTS
 
 SEEDS = range(3)
 

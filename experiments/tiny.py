@@ -1,6 +1,6 @@
 """A model that trains in minutes on a laptop CPU: `experiments/tiny.py[:PLACEMENT]`."""
 from nplace.config import base_config
-from nplace.model.placements import PLACEMENTS
+from nplace.placements import PLACEMENTS
 
 
 def get_config(arg: str = "pre"):

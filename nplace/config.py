@@ -18,7 +18,7 @@ from ml_collections import config_dict
 
 from nplace.data import checks as data_checks
 from nplace.errors import ConfigError
-from nplace.model.placements import PLACEMENTS
+from nplace.placements import PLACEMENTS
 
 # The experiment configs: the source tree's experiments/, which installs as nplace.experiments,
 # so an installed package finds them without the tree.

@@ -1,16 +1,20 @@
 """Shared fixtures: tiny model configs; a real probed training run and a TensorBoard server on it;
 a real Cloud Storage server (`gcs`) for the `gs://` tests."""
+import fcntl
 import json
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from unittest import mock
 
 import jax
 import pytest
+from matplotlib.text import Text
 
 import gcs_server
 from nplace.runtime import cpu_split
@@ -33,15 +37,36 @@ def xla_flags(*flags: str) -> str:
   return " ".join([os.environ["XLA_FLAGS"], *flags])
 
 
+def run_temp(tmp_path_factory) -> pathlib.Path:
+  """The pytest run's own temporary directory, shared by its xdist workers (the parent of a
+  worker's base temp)."""
+  base = tmp_path_factory.getbasetemp()
+  return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def built_once(tmp_path_factory, name: str, build) -> pathlib.Path:
+  """The directory `build(path)` fills, built by the first xdist worker to ask for it and read
+  by every other: one trained run per pytest run, not one per worker. Its readers must not
+  write into it."""
+  root = run_temp(tmp_path_factory)
+  path = root / name
+  with open(root / f"{name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if build fails
+    if not (root / f"{name}.built").exists():
+      shutil.rmtree(path, ignore_errors=True)
+      build(path)
+      (root / f"{name}.built").touch()
+  return path
+
+
 @pytest.fixture(scope="session", autouse=True)
 def compilation_cache(tmp_path_factory):
   """One persistent compilation cache for every `nplace` subprocess of the run, shared by the
-  xdist workers (the parent of a worker's base temp is the run's): most of those runs compile
-  the same tiny train step, eval step and probe suite. A size limit turns on the cache's file
-  lock, so no process reads an entry another is still writing. Not used in-process, where
-  writing every small compile to disk costs more than the few repeats save."""
-  base = tmp_path_factory.getbasetemp()
-  path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax-cache"
+  xdist workers: most of those runs compile the same tiny train step, eval step and probe
+  suite. A size limit turns on the cache's file lock, so no process reads an entry another is
+  still writing. Not used in-process, where writing every small compile to disk costs more
+  than the few repeats save."""
+  path = run_temp(tmp_path_factory) / "jax-cache"
   # Every compile, not only those over a second: at -O0 most take less, and a killed run's
   # relaunch repeats all of them (~0.6 s a tiny run).
   os.environ.update(JAX_COMPILATION_CACHE_DIR=str(path), JAX_COMPILATION_CACHE_MAX_SIZE=str(1 << 32),
@@ -80,6 +105,29 @@ def make_config():
   return tiny_config
 
 
+def misplaced_texts(fig) -> list[str]:
+  """What a draw of `fig` puts as text (titles, axis and colorbar labels, tick labels, legend
+  entries, annotations) partly outside the figure or over another text: "'text' at [x0, y0,
+  x1, y1]" in pixels, or "'a' over 'b'". Only the texts drawn: matplotlib keeps tick labels
+  off the view, undrawn, at stale positions."""
+  drawn, draw = [], Text.draw
+
+  def record(text, renderer):
+    draw(text, renderer)
+    if text.get_visible() and text.get_text():
+      drawn.append(text)
+
+  with mock.patch.object(Text, "draw", record):  # Annotation.draw calls it too
+    fig.canvas.draw()
+  renderer = fig.canvas.get_renderer()
+  boxes = [(text.get_text(), text.get_window_extent(renderer)) for text in drawn]
+  inside = fig.bbox.padded(0.5)  # extents are rounded out to whole pixels
+  outside = [f"{text!r} at {box.extents.round().tolist()}" for text, box in boxes
+             if not (inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1))]
+  return outside + [f"{a!r} over {b!r}" for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:]
+                    if box_a.padded(-0.5).overlaps(box_b.padded(-0.5))]
+
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
 PROBE_RUN = [  # tiny peri (LayerNorm) run, probed at every step: every probe kind in 2 steps; step 2 profiled
@@ -94,13 +142,14 @@ PROBE_RUN = [  # tiny peri (LayerNorm) run, probed at every step: every probe ki
 
 @pytest.fixture(scope="session")
 def probe_run(tmp_path_factory):
-  """The run directory of a real 2-step `nplace train` with the probes at steps 0, 1, 2."""
-  tmp = tmp_path_factory.mktemp("probe_run")
-  env = dict(os.environ, NPLACE_CACHE=str(tmp / "cache"), JAX_PLATFORMS="cpu")
-  done = subprocess.run([BIN / "nplace", "train", "--workdir", str(tmp / "run"), *PROBE_RUN], env=env,
-                        capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0, done.stdout + done.stderr
-  return tmp / "run"
+  """The run directory of a real 2-step `nplace train` with the probes at steps 0, 1, 2 (one
+  for the whole pytest run: its readers only read it)."""
+  def build(tmp):
+    env = dict(os.environ, NPLACE_CACHE=str(tmp / "cache"), JAX_PLATFORMS="cpu")
+    done = subprocess.run([BIN / "nplace", "train", "--workdir", str(tmp / "run"), *PROBE_RUN], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+  return built_once(tmp_path_factory, "probe_run", build) / "run"
 
 
 def free_port() -> int:

@@ -31,13 +31,15 @@ def main_command_config(spec):
   return sweep_command.COMMAND.parse(["--config", spec])[0].config
 
 
-# three trials apart in every key a cell may vary (cell.FREE): dt changes the eval's forward pass too
+# three trials apart in every key a cell may vary (cell.FREE): dt changes the eval's forward
+# pass too (two values: each compiles its own probe suite). Three trials: a cell of 3 on 2
+# devices takes one device for its trial axis.
 KEYS = [{"seed": 0, "optim.lr": 2e-3, "optim.weight_decay": 0.1, "optim.b1": 0.9, "optim.b2": 0.95,
          "optim.eps": 1e-8, "optim.min_lr_ratio": 0.1, "model.dt": 1.0},
         {"seed": 1, "optim.lr": 3e-3, "optim.weight_decay": 0.0, "optim.b1": 0.8, "optim.b2": 0.99,
          "optim.eps": 1e-6, "optim.min_lr_ratio": 0.5, "model.dt": 0.1},
         {"seed": 2, "optim.lr": 1e-3, "optim.weight_decay": 0.3, "optim.b1": 0.95, "optim.b2": 0.9,
-         "optim.eps": 1e-7, "optim.min_lr_ratio": 0.0, "model.dt": 0.5}]
+         "optim.eps": 1e-7, "optim.min_lr_ratio": 0.0, "model.dt": 1.0}]
 NAMES = [grid.trial_name(t) for t in KEYS]
 GRID = f"KEYS = {KEYS!r}\n" + '''
 from nplace.config import experiment

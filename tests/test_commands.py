@@ -10,7 +10,7 @@ import pytest
 
 from nplace.commands import main
 from nplace.config import base_config
-from nplace.model.placements import PLACEMENTS
+from nplace.placements import PLACEMENTS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GPT2 = str(ROOT / "experiments/gpt2.py")
@@ -132,3 +132,46 @@ def test_info_keys_lists_every_key_with_its_value_and_doc(capsys):
   assert rows["model.dt"][0] == "0.25" and rows["model.dt"][1] == "residual step: h + dt * branch"
   assert rows["data.tfds_data_dir"][0] == "gs://b/tfds" and rows["model.n_layer"][0] == "12"
   assert all(len(doc.split()) >= 2 for _, doc in rows.values())
+
+
+TINY = str(ROOT / "experiments/tiny.py:pre")
+UNWRITABLE = "/proc/none/out"  # as root os.access says /proc is writable; creating a file there fails
+
+
+@pytest.mark.parametrize("argv,heavy", [
+    (["probe", "--config", TINY, "--json", UNWRITABLE], "nplace.commands.probe.probe"),
+    (["eval", "--workdir", "run", "--json", UNWRITABLE], "nplace.commands.eval.evaluate_checkpoint"),
+    (["lab", "pre", "--json", UNWRITABLE], "nplace.studies.lab.measure.measure_all"),
+    (["report", "runs", "--out", UNWRITABLE], "nplace.studies.report.build.write"),
+    (["report", "--results", UNWRITABLE, "sweep"], "nplace.studies.results.export"),
+    (["plot", "run", "--probe", "similarity", "--out", UNWRITABLE], "nplace.commands.plot.figure"),
+    (["convert", "--from-hf", "gpt2", "--out", UNWRITABLE], "nplace.hf.from_hf"),
+    (["prepare", "--out", UNWRITABLE], "nplace.data.prepare.prepare"),
+    (["train", "--config", TINY, "--workdir", UNWRITABLE], "nplace.commands.train.train"),
+    (["sweep", "--config", TINY, "--workdir", UNWRITABLE], "nplace.studies.grid.expand"),
+    (["demo", "--logdir", UNWRITABLE], "nplace.commands.demo.run"),
+])
+def test_an_unwritable_output_fails_in_one_line_before_the_work(argv, heavy, capsys, monkeypatch):
+  monkeypatch.setattr(heavy, lambda *args, **kwargs: pytest.fail(f"{heavy} ran"))
+  flag = argv[argv.index(UNWRITABLE) - 1]
+  code, out, err = run_main(capsys, *argv)
+  assert code == 2 and out == ""
+  assert err.startswith(f"nplace {argv[0]}: {flag} {UNWRITABLE}: cannot write there (") and err.count("\n") == 1, err
+
+
+def test_sweep_list_writes_nothing_so_its_workdir_is_not_checked(capsys):
+  code, out, _ = run_main(capsys, "sweep", "--config", str(ROOT / "experiments/stability.py:cpu"),
+                          "--workdir", UNWRITABLE, "--list")
+  assert code == 0 and f"--workdir {UNWRITABLE}/" in out
+
+
+def test_an_output_file_that_is_a_directory_is_one_line(capsys, monkeypatch, tmp_path):
+  monkeypatch.setattr("nplace.commands.probe.probe", lambda *args: pytest.fail("probed"))
+  code, _, err = run_main(capsys, "probe", "--config", TINY, "--json", str(tmp_path))
+  assert code == 2 and err == f"nplace probe: --json {tmp_path}: is a directory, not a file\n"
+
+
+@pytest.mark.parametrize("spec", [["--config", "no_such_file.py"], ["--config=no_such_file.py:arg"]])
+def test_a_missing_config_file_is_named(spec, capsys, tmp_path):
+  code, _, err = run_main(capsys, "train", *spec, "--workdir", str(tmp_path / "run"))
+  assert code == 2 and err == "nplace train: --config no_such_file.py: no such file\n"

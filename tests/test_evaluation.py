@@ -71,6 +71,19 @@ def test_eval_command_at_a_step_with_an_overriding_config(run, tmp_path, capsys)
   assert out["val_perplexity"] == pytest.approx(logged[2], rel=1e-5)
 
 
+def test_eval_overrides_apply_to_the_checkpoint_config(run, tmp_path, capsys):
+  workdir, _, summary = run
+  code = main.main(["eval", "--workdir", str(workdir), "--config.train.eval_batches=1", "--config.eval.rouge=False",
+                    "--json", str(tmp_path / "eval.json")])
+  assert code == 0, capsys.readouterr().err
+  out = json.loads((tmp_path / "eval.json").read_text())
+  assert out["step"] == 4 and "rouge1" not in out
+  assert out["val_loss"] != pytest.approx(summary.val_loss, rel=1e-6)  # one batch of the two the run evaluated
+  assert main.main(["eval", "--workdir", str(workdir), "--config.no.such=1"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "--config.no.such=1" in err, err
+
+
 def test_eval_without_checkpoints_is_one_line(tmp_path, capsys):
   assert main.main(["eval", "--workdir", str(tmp_path)]) == 2
   err = capsys.readouterr().err

@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from conftest import misplaced_texts
+from nplace.config import ModelConfig
 from nplace.logs import plots
-from nplace.probes import catalog, figures
+from nplace.probes import catalog, figures, theory
 
 
 def png_size(fig, path):
@@ -84,3 +86,34 @@ def test_heatmap_layers_by_steps(tmp_path):
   norm = cells.norm
   assert norm.vmin <= 0.8 and np.isclose(norm.vmin * norm.vmax, 1)  # a backward factor: centred on 1
   assert png_size(fig, tmp_path / "h.png") == (plots.WIDTH, plots.HEIGHT)
+
+
+def widest(names, kind) -> str:
+  """The probe of `kind` among `names` with the longest label: its images are the likeliest to
+  run off."""
+  return max((n for n in names if catalog.probe(n).kind == kind), key=lambda n: len(catalog.probe(n).ylabel))
+
+
+def across_scale(name, n) -> np.ndarray:
+  """n values over all of a probe's scale (its fixed range, nine decades on a log one, nats on
+  a linear one): its widest tick labels."""
+  p = catalog.probe(name)
+  return np.linspace(*p.ylim, n) if p.ylim else np.geomspace(1e-5, 1e4, n) if p.log else np.linspace(1, 12, n)
+
+
+LAYERS, STEPS = 48, np.linspace(0, 200_000, 21).astype(int)  # a deep model's images late in a long run
+IMAGES = ([("profile", widest(catalog.PROBES, kind), None) for kind in catalog.KINDS]
+          + [("profile", c.probe, c.label(ModelConfig())) for c in theory.CURVES.values()]
+          + [("heatmap", widest(catalog.HEATMAPS, kind), None)
+             for kind in dict.fromkeys(catalog.probe(n).kind for n in catalog.HEATMAPS)])
+
+
+@pytest.mark.parametrize("image,name,theory_label", IMAGES, ids=[f"{i}-{n}" for i, n, _ in IMAGES])
+def test_every_text_of_an_image_lies_inside_it_clear_of_the_others(image, name, theory_label):
+  kind = catalog.probe(name).kind
+  values = across_scale(name, {"sublayer": 2 * LAYERS, "single": 1}.get(kind, LAYERS))
+  if image == "profile":
+    fig = figures.profile(name, values, kind, values / 2 if theory_label else None, theory_label, step=STEPS[-1])
+  else:
+    fig = figures.heatmap(name, STEPS, np.stack([values] * STEPS.size), kind, catalog.labels(kind, values.size))
+  assert not misplaced_texts(fig)

@@ -73,6 +73,18 @@ def test_the_library_never_imports_the_commands():
   assert {name: targets for name, targets in offenders.items() if targets} == {}
 
 
+def test_the_config_reaches_only_the_bottom_floor():
+  """Every floor reads the config, so what it imports, directly or not, lies below it: errors,
+  the placements (their names, for validation; the model reads them too) and data/ (the
+  checks of config.data)."""
+  reached, todo = set(), ["nplace.config"]
+  while todo:
+    found = GRAPH[todo.pop()] - reached
+    reached |= found
+    todo += found
+  assert {name for name in reached if not name.startswith("nplace.data.")} == {"nplace.errors", "nplace.placements"}
+
+
 def test_an_import_inside_a_function_says_why():
   """A comment on the import's line (or the line above) names the optional or heavy dependency."""
   silent = []

@@ -21,7 +21,7 @@ from nplace.model.block import Block
 from nplace.studies import grid
 from nplace.studies.lab import checks as lab_checks, measure as lab, rank as lab_rank
 from nplace.config import experiment
-from nplace.model.placements import PLACEMENTS
+from nplace.placements import PLACEMENTS
 from nplace.probes import inputs, taps as taps_lib
 from nplace.studies.report import runs as report_runs
 

@@ -1,6 +1,7 @@
 """Several runs on one axis (`plots.curves`): its labels, its legend and its reference lines."""
 import numpy as np
 
+from conftest import misplaced_texts
 from nplace.logs import plots
 
 
@@ -16,6 +17,13 @@ def test_curves_with_reference_lines():
   np.testing.assert_allclose(drawn["frequency loss"].get_ydata(), [4.48, 4.48])
   lo, hi = ax.get_ylim()
   assert lo < 1.5 and hi > 4.48
+
+
+def test_a_long_y_label_wraps_inside_the_figure():
+  label = "mean cosine between tokens, batch-mean token removed"  # `nplace plot similarity_centered`
+  fig = plots.curves({"peri": ([0, 1], [0.5, -0.5])}, "step", label, "similarity_centered")
+  assert fig.axes[0].get_ylabel() == "mean cosine between tokens,\nbatch-mean token removed"
+  assert not misplaced_texts(fig)
 
 
 def test_a_flat_series_is_not_stretched():

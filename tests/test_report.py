@@ -13,6 +13,7 @@ import pytest
 import tensorboardX
 
 from nplace.commands import main, train as train_command
+from nplace.config import experiment
 from nplace.studies import fits, outcomes
 from nplace.studies.report import runs, verdicts
 from nplace.train.summary import Summary
@@ -158,6 +159,32 @@ def test_plain_run_directories_get_a_runs_section_and_the_command_that_remakes_t
   fv = train_command.COMMAND.parse(shlex.split(command)[2:])[0]
   as_json = lambda config: json.loads(json.dumps(config))
   assert as_json(fv.config.to_dict()) == runs.run_config(run_dir) and fv.workdir == str(run_dir)
+
+
+def test_a_run_that_recovered_from_a_spike_learned_and_shows_the_spike(tmp_path, capsys):
+  """Protocol 0 called this run (val loss 2.38, a 2.5-nat rebound) a `spike`; the run table
+  judges it as the protocols do. A jump inside warmup (read from the saved config) is no spike."""
+  run_dir = tmp_path / "post"
+  warmup = [6.0, 5.9, 5.8, 5.7, 9.0, 5.6, 5.5, 5.4, 5.3, 5.2]  # steps 1-10
+  descent = list(np.linspace(4.0, 3.0, 19))  # steps 11-29
+  recovery = [5.5, 4.5, *np.linspace(2.9, 2.3, 29)]  # the spike at step 30, back below 3 at 32
+  writer = tensorboardX.SummaryWriter(str(run_dir))
+  for step, loss in enumerate(warmup + descent + recovery, 1):
+    writer.add_scalar("train/loss", loss, step)
+  writer.close()
+  (run_dir / "summary.json").write_text(json.dumps(Summary(
+      step=60, val_loss=2.38, frequency_loss=4.48, entropy_rate=1.45, tokens_per_sec=11893.4,
+      max_loss_rebound=2.5).to_dict()))
+  config = experiment("tiny", "post")
+  config.optim.warmup_steps = 10
+  (run_dir / "checkpoints" / "60" / "config").mkdir(parents=True)
+  (run_dir / "checkpoints" / "60" / "config" / "metadata").write_text(config.to_json())
+  assert outcomes.failures(Summary.read(run_dir / "summary.json")) == ("spike",)  # protocol 0's verdict
+  report(run_dir, "--out", tmp_path / "out", capsys=capsys)
+  [row] = table((tmp_path / "out" / "report.md").read_text(), "| run | status |")
+  assert row["outcome"] == "learned"
+  assert row["loss spikes"] == "1 (max 2.5 nats, 1 recovered)"
+  assert row["tok/s"] == "11,893"
 
 
 @pytest.mark.parametrize("args", [("missing", "--out", "o"), ("empty", "--out", "o"), ("torn", "--out", "o"),

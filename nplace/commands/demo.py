@@ -25,7 +25,8 @@ def _define(fv):
   flags.DEFINE_integer("steps", 150, "train steps per run", flag_values=fv)
 
 
-COMMAND = Command("nplace demo [--logdir runs/demo] [--steps N]", __doc__, _define, config="none")
+COMMAND = Command("nplace demo [--logdir runs/demo] [--steps N]", __doc__, _define, config="none",
+                  output_dirs=("logdir",))
 
 
 def run(logdir: pathlib.Path, steps: int) -> dict:

@@ -1,13 +1,14 @@
 """Evaluates a training checkpoint as the trainer does: validation loss, perplexity both ways,
 ROUGE-1/2/L of the teacher-forced argmax predictions and, with eval.bertscore_model set,
-BERTScore. The config is the one the checkpoint was saved with, unless --config is given."""
+BERTScore. The config is the one the checkpoint was saved with (--config.KEY=VALUE overrides
+apply to it), unless --config is given."""
 import json
 import pathlib
 
 from absl import flags
 
 from nplace.commands.flags import Command
-from nplace.config import validate
+from nplace.config import base_config, validate
 from nplace.errors import UsageError
 from nplace.train import checkpoint
 from nplace.train.evaluation import evaluate_checkpoint
@@ -20,17 +21,21 @@ def _define(fv):
 
 
 COMMAND = Command("nplace eval --workdir DIR [--step N] [--json OUT] [--config FILE[:ARG]]", __doc__, _define,
-                  config="optional")
+                  config="optional", output_files=("json",))
 
 
 def main(argv):
-  fv, _ = COMMAND.parse(argv)
+  named = any(a == "--config" or a.startswith("--config=") for a in argv)
+  # without a --config file the overrides are checked against today's keys (a saved config
+  # has them all, nplace.config.from_saved), then applied to the checkpoint's config
+  fv, _ = COMMAND.parse(argv, config=None if named else base_config())
   if not fv.workdir:
     raise UsageError("--workdir is required")
   try:
-    config = fv.config if fv.config is not None else checkpoint.read_config(fv.workdir, fv.step)[0]
-    validate(config)
-    out = evaluate_checkpoint(config, fv.workdir, fv.step)
+    if not named:
+      fv, _ = COMMAND.parse(argv, config=checkpoint.read_config(fv.workdir, fv.step)[0])
+    validate(fv.config)
+    out = evaluate_checkpoint(fv.config, fv.workdir, fv.step)
   except FileNotFoundError as e:
     raise UsageError(str(e)) from None
   for name, value in out.items():

@@ -4,6 +4,7 @@ overrides (ml_collections config_flags), and its `--help`.
 Bad input ends as a UsageError (one line, exit code 2) before anything is built or compiled.
 """
 import dataclasses
+import pathlib
 import textwrap
 from typing import Callable
 
@@ -12,6 +13,7 @@ from ml_collections import config_flags
 
 from nplace.config import experiment_path, validate
 from nplace.errors import UsageError
+from nplace.runtime import workdirs
 
 CONFIG_HELP = ("experiment config FILE[:ARG], e.g. experiments/tiny.py:peri; override any key with "
                "--config.KEY=VALUE (list them: nplace info --config FILE --keys)")
@@ -21,27 +23,39 @@ CONFIG_HELP = ("experiment config FILE[:ARG], e.g. experiments/tiny.py:peri; ove
 class Command:
   """A command's interface: `usage` (its synopsis), `about` (what it does: its module's
   docstring), `define(fv)` (its own flags), whether it takes --config (`required`: validated
-  here; `optional`: the command validates what it makes of it; `none`) and positional
-  arguments."""
+  here; `optional`: the command validates what it makes of it; `none`), positional
+  arguments, and the flags naming a file (`output_files`) or directory (`output_dirs`) it
+  writes: checked here, so an unwritable path fails before the work, not after it, unless a
+  flag of `writes_nothing_with` is set (sweep --list only prints)."""
   usage: str
   about: str
   define: Callable = lambda fv: None
   config: str = "required"
   args: bool = False
+  output_files: tuple[str, ...] = ()
+  output_dirs: tuple[str, ...] = ()
+  writes_nothing_with: tuple[str, ...] = ()
 
-  def flag_values(self, argv=()) -> flags.FlagValues:
+  def flag_values(self, argv=(), config=None) -> flags.FlagValues:
+    """The flags; with `config` (a ConfigDict), --config.KEY=VALUE overrides apply to it
+    instead of to a --config file."""
     fv = flags.FlagValues()
     if self.config != "none":
       # sys_argv: config_flags reads the overrides there, not in sys.argv, so main(argv) works in-process
-      config_flags.DEFINE_config_file("config", None, CONFIG_HELP, flag_values=fv, sys_argv=list(argv))
+      if config is None:
+        config_flags.DEFINE_config_file("config", None, CONFIG_HELP, flag_values=fv, sys_argv=list(argv))
+      else:
+        config_flags.DEFINE_config_dict("config", config, CONFIG_HELP, flag_values=fv, sys_argv=list(argv))
     self.define(fv)
     return fv
 
-  def parse(self, argv) -> tuple[flags.FlagValues, list[str]]:
-    """(the parsed flags, the positional arguments)."""
-    argv = ["nplace", *_installed_configs(argv)]
-    fv = self.flag_values(argv)
+  def parse(self, argv, config=None, check_outputs=True) -> tuple[flags.FlagValues, list[str]]:
+    """(the parsed flags, the positional arguments). `config`: what the overrides apply to
+    when argv names no --config file (eval: the checkpoint's). `check_outputs=False`: a
+    command line read, not run (the report's trial commands)."""
+    argv = ["nplace", *(_installed_configs(argv) if self.config != "none" else argv)]
     try:
+      fv = self.flag_values(argv, config)  # inside: with a ConfigDict, a bad override raises here
       extra = fv(argv)[1:]
       config = fv.config if self.config != "none" else None
       if config is not None:
@@ -58,6 +72,10 @@ class Command:
       if config is None:
         raise UsageError("--config is required")
       validate(config)
+    writes = check_outputs and not any(fv[name].value for name in self.writes_nothing_with)
+    for name in (*self.output_files, *self.output_dirs) if writes else ():
+      if fv[name].value is not None:
+        workdirs.check_writable(workdirs.resolve(fv[name].value), f"--{name}", file=name in self.output_files)
     return fv, extra
 
   def help(self) -> str:
@@ -80,14 +98,23 @@ class Command:
 
 def _installed_configs(argv):
   """`--config experiments/NAME.py:ARG` read from the installed experiments when the path
-  does not exist here (a worker's non-editable install, another working directory)."""
+  does not exist here (a worker's non-editable install, another working directory). A FILE
+  in neither place is one line naming it: config_flags' own message buries it mid-sentence."""
   out = list(argv)
   for i, arg in enumerate(out):
     if arg.startswith("--config="):
-      out[i] = "--config=" + experiment_path(arg.removeprefix("--config="))
+      out[i] = "--config=" + _existing_config(arg.removeprefix("--config="))
     elif arg == "--config" and i + 1 < len(out):
-      out[i + 1] = experiment_path(out[i + 1])
+      out[i + 1] = _existing_config(out[i + 1])
   return out
+
+
+def _existing_config(spec: str) -> str:
+  found = experiment_path(spec)
+  file = found.partition(":")[0]
+  if not pathlib.Path(file).exists():
+    raise UsageError(f"--config {spec.partition(':')[0]}: no such file")
+  return found
 
 
 def _one_line(error: Exception) -> str:

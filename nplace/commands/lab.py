@@ -18,7 +18,7 @@ from absl import flags
 from nplace.commands.flags import Command
 from nplace.config import experiment_path
 from nplace.errors import UsageError
-from nplace.model.placements import PLACEMENTS
+from nplace.placements import PLACEMENTS
 from nplace.studies import results
 from nplace.studies.lab import checks, measure, rank
 
@@ -35,7 +35,8 @@ def _define(fv):
 
 COMMAND = Command("nplace lab PLACEMENT [--depth 48] [--width 64] [--json OUT] [--config FILE[:ARG]] "
                   "[--config.KEY=VALUE ...] | nplace lab --rank RESULTS/STUDY [--json OUT] | "
-                  "nplace lab --rank SWEEP_DIR [--depth 48] [--width 64] [--json OUT]", __doc__, _define, args=True)
+                  "nplace lab --rank SWEEP_DIR [--depth 48] [--width 64] [--json OUT]", __doc__, _define, args=True,
+                  output_files=("json",))
 
 
 def _with_default_config(argv):

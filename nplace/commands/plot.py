@@ -22,7 +22,7 @@ def _define(fv):
 
 
 COMMAND = Command("nplace plot RUN... --probe NAME --out FILE.png [--step N]", __doc__, _define, config="none",
-                  args=True)
+                  args=True, output_files=("out",))
 
 
 def _from_events(path, name, step):

@@ -31,7 +31,8 @@ def _define(fv):
 
 
 COMMAND = Command("nplace prepare [--config FILE[:ARG]] [--source SRC] [--tokenizer TOK] [--out DIR] "
-                  "[--val-fraction F] [--seq-len L]", __doc__, _define, config="optional")
+                  "[--val-fraction F] [--seq-len L]", __doc__, _define, config="optional",
+                  output_dirs=("out",))
 
 
 def main(argv):

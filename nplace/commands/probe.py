@@ -23,7 +23,8 @@ def _define(fv):
   flags.DEFINE_string("json", None, "output file (required)", flag_values=fv)
 
 
-COMMAND = Command("nplace probe --config FILE[:ARG] [--workdir DIR [--step N]] --json OUT", __doc__, _define)
+COMMAND = Command("nplace probe --config FILE[:ARG] [--workdir DIR [--step N]] --json OUT", __doc__, _define,
+                  output_files=("json",))
 
 
 def probe(config, workdir=None, step=None) -> dict:

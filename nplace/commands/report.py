@@ -25,12 +25,12 @@ def _define(fv):
 
 
 COMMAND = Command("nplace report DIR... --out OUT | nplace report --results RESULTS [SWEEP_DIR...]",
-                  __doc__, _define, config="none", args=True)
+                  __doc__, _define, config="none", args=True, output_dirs=("out", "results"))
 
 
 def _trained_config(run):
   """The config the trial's `nplace train` command trains."""
-  return train.COMMAND.parse(shlex.split(run.command)[2:])[0].config
+  return train.COMMAND.parse(shlex.split(run.command)[2:], check_outputs=False)[0].config
 
 
 def main(argv):

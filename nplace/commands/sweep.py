@@ -30,7 +30,8 @@ def _define(fv):
 
 
 COMMAND = Command("nplace sweep --config FILE[:ARG] --workdir DIR [--batch K [--cell N]] [--only REGEX] [--list] "
-                  "[--config.KEY=VALUE ...]", __doc__, _define)
+                  "[--config.KEY=VALUE ...]", __doc__, _define, output_dirs=("workdir",),
+                  writes_nothing_with=("list",))
 
 
 def config_args(argv) -> tuple[str, list[str]]:

@@ -15,7 +15,8 @@ def _define(fv):
   flags.DEFINE_string("workdir", None, "run directory (required)", flag_values=fv)
 
 
-COMMAND = Command("nplace train --config FILE[:ARG] --workdir DIR [--config.KEY=VALUE ...]", __doc__, _define)
+COMMAND = Command("nplace train --config FILE[:ARG] --workdir DIR [--config.KEY=VALUE ...]", __doc__, _define,
+                  output_dirs=("workdir",))
 
 
 def main(argv):

@@ -9,6 +9,7 @@ catalog entry, never from the values, so two runs' images compare by eye.
 """
 import functools
 import math
+import textwrap
 
 import matplotlib
 import numpy as np
@@ -26,6 +27,10 @@ STYLE = {"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fo
 MARGINS = {"left": 0.17, "right": 0.97, "bottom": 0.16, "top": 0.9}  # fixed: a layout engine costs ~4x the drawing
 LEGEND_COLUMNS, LEGEND_ROW = 3, 0.07  # a legend above the axes: entries per row, figure height per extra row
 MIN_DECADES = 1.0  # a log axis spans at least this much, a linear one 10% of its level
+# A y or colorbar label, centred on the axes' 240 pixels, has ~300 before it leaves the figure:
+# ~31 characters at 12 points. Longer ones wrap (`wrapped`), a y label's extra lines taking
+# LABEL_LINE of the figure's width each from the axes (`set_ylabel`).
+LABEL_CHARS, LABEL_LINE = 30, 0.05
 
 
 def styled(draw):
@@ -101,6 +106,25 @@ def _short(value) -> str:
     text = f"{value:.2g}"
     return f"{value:.0f}" if "e" in text else text  # 100, not 1e+02
   return f"{value:.0e}".replace("e-0", "e-").replace("e+0", "e").replace("e+", "e")
+
+
+def wrapped(label: str) -> str:
+  """A label longer than LABEL_CHARS over as few lines as that takes, of even lengths (not a
+  full line and a stray word)."""
+  if len(label) <= LABEL_CHARS:
+    return label
+  lines = len(textwrap.wrap(label, LABEL_CHARS))
+  width = math.ceil(len(label) / lines)
+  while len(textwrap.wrap(label, width)) > lines:
+    width += 1
+  return "\n".join(textwrap.wrap(label, width))
+
+
+def set_ylabel(ax, label: str) -> None:
+  """The y label `wrapped`, the axes' left edge moved right to leave its extra lines room."""
+  text = wrapped(label)
+  ax.figure.subplots_adjust(left=ax.figure.subplotpars.left + LABEL_LINE * text.count("\n"))
+  ax.set_ylabel(text)
 
 
 def finite_values(values, log):
@@ -179,7 +203,7 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None,
   elif series:
     ax.legend(handles=handles, loc="best", fontsize=8 if crowded else None, framealpha=0.5 if crowded else None)
   ax.set_xlabel(xlabel)
-  ax.set_ylabel(ylabel)
+  set_ylabel(ax, ylabel)
   if not legend_above:
     ax.set_title(title)
   return fig

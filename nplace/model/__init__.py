@@ -1,5 +1,5 @@
 """The decoder: `decoder.py` (embedding, scanned blocks, tied head, loss), `block.py` (the one
-Block), `placements.py` (every placement as data), `layers.py` (norm, attention, MLP),
+Block, any placement of nplace/placements.py), `layers.py` (norm, attention, MLP),
 `fused_attention.py` (the attention kernels per platform), `size.py` (parameters and FLOPs).
 
 Shape legend. An array's name ends in its axes, one letter each (`h_BTD`, `q_BTHK`); every

@@ -1,5 +1,5 @@
 """The one Block: a layer of the decoder, built from its placement's declaration
-(nplace/model/placements.py holds the formula every placement instantiates)."""
+(nplace/placements.py holds the formula every placement instantiates)."""
 import functools
 
 import flax.linen as nn
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from nplace.config import ModelConfig
 from nplace.model.layers import RESIDUAL, Attention, Mlp, Norm
-from nplace.model.placements import AFTER, BEFORE, IN, OUT, PLACEMENTS, POST, Sublayer, norm_name
+from nplace.placements import AFTER, BEFORE, IN, OUT, PLACEMENTS, POST, Sublayer, norm_name
 from nplace.runtime.sharding import constrain
 
 

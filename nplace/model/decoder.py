@@ -12,7 +12,7 @@ import optax
 from nplace.config import ModelConfig
 from nplace.model.block import Block
 from nplace.model.layers import RESIDUAL, Norm, embed_std
-from nplace.model.placements import PLACEMENTS
+from nplace.placements import PLACEMENTS
 from nplace.runtime.sharding import constrain
 
 REMAT_POLICIES = {

@@ -7,7 +7,7 @@ import optax
 
 from nplace.config import ModelConfig
 from nplace.model import decoder
-from nplace.model.placements import OPTIONS, PLACEMENTS
+from nplace.placements import OPTIONS, PLACEMENTS
 
 
 def _size(tree) -> int:

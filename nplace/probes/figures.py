@@ -50,7 +50,7 @@ def profile(name, values, kind, theory=None, theory_label=None, step=None) -> Fi
     ax.legend(loc="best")
   plots.set_ylim(ax, np.concatenate([s.ravel() for s in shown]), p.log, p.ylim)
   ax.set_xlabel(catalog.XLABELS[kind] if kind != "single" else "one value")
-  ax.set_ylabel(p.ylabel)
+  plots.set_ylabel(ax, p.ylabel)
   ax.set_title(name if step is None else f"{name} at step {step}")
   return fig
 
@@ -89,7 +89,7 @@ def heatmap(name, steps, values_RY, kind, labels) -> Figure:
   mesh = ax.pcolormesh(_edges(steps), _edges(y[order]), np.ma.masked_invalid(values_RY[:, order].T),
                        norm=norm, cmap=cmap, shading="flat")
   bottom, top = plots.MARGINS["bottom"], plots.MARGINS["top"]
-  bar = fig.colorbar(mesh, cax=fig.add_axes((0.78, bottom, 0.025, top - bottom)), label=p.ylabel)
+  bar = fig.colorbar(mesh, cax=fig.add_axes((0.78, bottom, 0.025, top - bottom)), label=plots.wrapped(p.ylabel))
   if p.log:
     bar.formatter, bar.minorformatter = LogLabels(minor=False), LogLabels(minor=True)
   ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=6, integer=True))

@@ -8,7 +8,7 @@
 
 Host-side numpy except (iii) and (iv), which also take traced arrays (the probe suite
 evaluates them under jit). CURVES names the curves a placement declares
-(nplace/model/placements.py, `theory`) and how each is drawn next to its probe.
+(nplace/placements.py, `theory`) and how each is drawn next to its probe.
 """
 import dataclasses
 import functools
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nplace.model.layers import weight_std
-from nplace.model.placements import PLACEMENTS
+from nplace.placements import PLACEMENTS
 from nplace.probes import taps as taps_lib
 
 _RHO_GRID = np.linspace(-1.0, 1.0, 401)

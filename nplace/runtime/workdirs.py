@@ -4,8 +4,8 @@ Orbax writes checkpoints to either (tensorstore for arrays, epath for metadata);
 JSON files go through epath here. TensorBoard event files are appended to many times a
 second, which object stores do not support: for a bucket workdir they are written to a local
 staging directory and copied up (`EventSync.push`) at each checkpoint and at the end.
-`check_writable` turns a missing or read-only workdir (a bucket that does not exist, no write
-permission) into one line before anything is built.
+`check_writable` turns a missing or read-only workdir or output file (a bucket that does not
+exist, no write permission) into one line before anything is built.
 """
 import os
 import shutil
@@ -51,27 +51,37 @@ def write_atomic(path: epath.Path, text: str) -> None:
   tmp.replace(path)
 
 
-def check_writable(workdir: epath.Path) -> None:
-  """UsageError (one line naming the workdir) unless a run can write there: in a bucket, a
-  small object is written and deleted (no such bucket, no permission, no gcsfs all fail
-  here, not at the first checkpoint); locally, the nearest existing directory must be
-  writable. Creates nothing that stays."""
-  if is_remote(workdir):
-    probe = workdir / f".nplace-write-check.{socket.gethostname()}.{os.getpid()}"
+def check_writable(path: epath.Path, flag: str = "--workdir", file: bool = False) -> None:
+  """UsageError (one line naming `flag` and the path) unless a command can write there: the
+  directory `path` (or with `file`, the file `path`). In a bucket, a small object is written
+  and deleted (no such bucket, no permission, no gcsfs all fail here, not at the first
+  checkpoint); locally, a temporary file is created and deleted in the nearest existing
+  directory (as root `os.access` says yes even for /proc). Creates nothing that stays."""
+  where = path.parent if file else path
+  if is_remote(path):
+    probe = where / f".nplace-write-check.{socket.gethostname()}.{os.getpid()}"
     try:
       probe.write_text("")
       probe.unlink()
     except FileNotFoundError:  # an object needs no parent directory: the bucket is not there
-      bucket = str(workdir).split("://", 1)[1].split("/", 1)[0]
-      raise UsageError(f"--workdir {workdir}: the bucket {bucket!r} does not exist") from None
+      bucket = str(path).split("://", 1)[1].split("/", 1)[0]
+      raise UsageError(f"{flag} {path}: the bucket {bucket!r} does not exist") from None
     except Exception as e:  # PermissionError, gcsfs's HttpError, ImportError (no gcsfs), ...
-      raise UsageError(f"--workdir {workdir}: cannot write there ({_one_line(e)})") from None
+      raise UsageError(f"{flag} {path}: cannot write there ({_one_line(e)})") from None
     return
-  existing = next(p for p in (workdir, *workdir.parents) if p.exists())
+  if file and path.is_dir():
+    raise UsageError(f"{flag} {path}: is a directory, not a file")
+  existing = next(p for p in (where, *where.parents) if p.exists())
   if not existing.is_dir():
-    raise UsageError(f"--workdir {workdir}: {existing} is a file, not a directory")
-  if not os.access(existing, os.W_OK | os.X_OK):
-    raise UsageError(f"--workdir {workdir}: cannot write there ({existing} is not writable)")
+    raise UsageError(f"{flag} {path}: {existing} is a file, not a directory")
+  try:
+    with tempfile.NamedTemporaryFile(dir=existing, prefix=".nplace-write-check."):
+      pass
+  except OSError as e:
+    why = e.strerror or _one_line(e)
+    raise UsageError(f"{flag} {path}: cannot write there (creating a file in {existing}: {why})") from None
+  if file and path.exists() and not os.access(path, os.W_OK):
+    raise UsageError(f"{flag} {path}: cannot write there (the file is read-only)")
 
 
 def _one_line(e: Exception) -> str:

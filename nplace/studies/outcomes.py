@@ -10,9 +10,9 @@ grid's protocol, nplace/studies/protocol.py):
 - `learned`: neither. Loss spikes (`spikes`) are reported with their size and recovery; a
   spike the run recovered from is not a failure, and "did not learn" is never a divergence.
 
-Protocol 0 (`failures`, `outcome`: the summary alone; its margin was set after the pilot runs,
-kept so protocol 0's committed results read as they were judged). A run can fail in more
-than one way:
+Protocol 0 (`failures`: the summary alone; its margin was set after the pilot runs, kept so
+protocol 0's pages, study A's failure table and the learning-rate scan, read as they were
+judged). A run can fail in more than one way:
 
 - `nonfinite`: the loss or a gradient was not finite — the run stopped (`status` diverged),
   skipped updates (`skipped_steps` > 0, with `train.on_divergence=skip`), or its final
@@ -25,7 +25,6 @@ than one way:
 - `spike`: after warmup, the train loss climbed at least `SPIKE_REBOUND` nats above the lowest it
   had reached since (`max_loss_rebound`, over every step's loss): a sudden jump that threw
   away everything beyond unigram statistics, not noise on a flat curve.
-- `ok`: none of these.
 """
 import dataclasses
 import math
@@ -45,7 +44,9 @@ FAILURE_MARGIN = 0.25
 # blow-up from a healthy run. Batch noise here is ~0.2 nats; a rebound of 1 nat is a blow-up.
 SPIKE_REBOUND = 1.0
 KINDS = ("nonfinite", "frequency_loss", "spike")  # failure kinds, most severe first
-OK = "ok"
+# `classify`'s threshold where no protocol declares one (the run table of `nplace report`):
+# the `did_not_learn` fraction study A's protocols declare (experiments/stability.py).
+DID_NOT_LEARN_FRACTION = 0.1
 
 
 def _finite(x) -> bool:
@@ -66,12 +67,6 @@ def failures(summary: Summary) -> tuple[str, ...]:
   if _finite(rebound) and rebound >= SPIKE_REBOUND:
     found.append("spike")
   return tuple(found)
-
-
-def outcome(summary: Summary) -> str:
-  """The most severe failure kind of a run, or `ok`."""
-  found = failures(summary)
-  return found[0] if found else OK
 
 
 DIVERGED, DID_NOT_LEARN, LEARNED = "diverged", "did_not_learn", "learned"

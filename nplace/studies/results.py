@@ -4,6 +4,7 @@
 `results/NAME/trials.jsonl` holds one trial per line: its name, its overrides, its summary, the
 logged train loss `[[step, loss], ...]`, its warmup and vocabulary size, and for a probed run
 the probes the verdicts read (`PROBED`), per layer at every probed step. A few KB a trial.
+`results/NAME/NOTES.md`, where present, says which trials were rerun and why; the page prints it.
 """
 import dataclasses
 import json
@@ -15,6 +16,7 @@ from nplace.studies.report import runs as runs_lib
 from nplace.train.summary import Summary, SummaryError
 
 TRIALS, GRID = "trials.jsonl", "grid.json"
+NOTES = "NOTES.md"  # optional, written by hand when data is filed: what was rerun and why (export keeps it)
 PROBED = ("mean_abs", "var_entry", "var_data",  # growth over depth
           "similarity", "similarity_centered", "grad_h", "norm_backward", "norm_in_backward")  # collapse
 

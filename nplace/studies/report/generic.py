@@ -4,21 +4,31 @@ from nplace.logs import plots
 from nplace.studies import outcomes
 from nplace.studies.report import markdown, runs as runs_lib
 
-COLUMNS = (  # header, summary key, digits
-    ("val loss", "val_loss", 4), ("val ppl", "val_perplexity", 3), ("freq loss", "frequency_loss", 4),
-    ("entropy rate", "entropy_rate", 4), ("spikes", "loss_spikes", 0),
-    ("max train loss", "max_train_loss", 4), ("tok/s", "tokens_per_sec", 0))
+
+def _digits(n: int):
+  return lambda x: markdown.number(x, n)
+
+
+COLUMNS = (  # header, summary key, how it is written
+    ("val loss", "val_loss", _digits(4)), ("val ppl", "val_perplexity", _digits(3)),
+    ("freq loss", "frequency_loss", _digits(4)), ("entropy rate", "entropy_rate", _digits(4)),
+    ("max train loss", "max_train_loss", _digits(4)), ("tok/s", "tokens_per_sec", markdown.count))
 
 
 def run_table(page, runs) -> str:
-  """One row per run: its directory (linked), status, failure kinds and summary numbers."""
+  """One row per run: its directory (linked), status, outcome (`outcomes.classify`, the
+  definition the protocols use), summary numbers, and its loss spikes with their size and
+  recovery (`outcomes.spikes`)."""
   rows = []
   for run in runs:
-    s = run.summary
-    verdict = (", ".join(outcomes.failures(s)) or outcomes.OK) if s else "-"
+    steps, values = runs_lib.scalars(run).get("train/loss", ((), ()))
+    loss, warmup = list(zip(steps, values)), runs_lib.warmup(run)
+    verdict = (outcomes.classify(run.summary, loss, warmup, outcomes.DID_NOT_LEARN_FRACTION)
+               if run.summary else "-")
+    spikes = markdown.spikes(outcomes.spikes(loss, warmup, outcomes.SPIKE_REBOUND)) if loss else "-"
     rows.append([page.link(run.name, run.path), run.status, verdict, markdown.number(runs_lib.value(run, "step")),
-                 *(markdown.number(runs_lib.value(run, key), digits) for _, key, digits in COLUMNS)])
-  return markdown.table(["run", "status", "outcome", "step", *(h for h, _, _ in COLUMNS)], rows)
+                 *(write(runs_lib.value(run, key)) for _, key, write in COLUMNS), spikes])
+  return markdown.table(["run", "status", "outcome", "step", *(h for h, _, _ in COLUMNS), "loss spikes"], rows)
 
 
 def reference_lines(runs) -> dict:

@@ -50,6 +50,21 @@ def number(x, digits: int = 4) -> str:
   return f"{x:{_spec(x, digits)}}"
 
 
+def count(x) -> str:
+  """A whole number with thousands separators: `11,893`."""
+  if x is None:
+    return "-"
+  return f"{round(x):,}" if math.isfinite(x) else str(x)
+
+
+def spikes(found) -> str:
+  """Loss spikes (`outcomes.Spike`): `0`, or how many, the largest in nats and how many the
+  run recovered from."""
+  if not found:
+    return "0"
+  return f"{len(found)} (max {max(s.size for s in found):.1f} nats, {sum(s.recovered for s in found)} recovered)"
+
+
 def mean_std(values, digits: int = 4) -> str:
   """`mean ± std` (sample std, in the mean's format) of the finite values; `(n=k)` when
   some were left out."""

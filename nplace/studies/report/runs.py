@@ -119,6 +119,13 @@ def run_config(workdir) -> dict | None:
   return _json(max(steps, key=lambda d: int(d.parts[-3])))
 
 
+def warmup(run: Run) -> int:
+  """The run's optim.warmup_steps, from the config its checkpoints hold; 0 for a run that
+  saved none (then every logged step is judged)."""
+  config = run_config(run.path)
+  return config["optim"]["warmup_steps"] if config else 0
+
+
 def train_command(config: dict, workdir) -> str:
   """`nplace train` for this config: the experiment variant it differs least from, plus
   `--config.KEY=VALUE` for every difference (values as JSON holds them)."""

@@ -115,11 +115,8 @@ def figures(page, key: str, measures) -> str:
 
 
 def _spikes(trials, protocol) -> str:
-  found = [s for t in trials for s in outcomes.spikes(t.loss, t.warmup, protocol.threshold("spike_rebound"))]
-  if not found:
-    return "0"
-  return (f"{len(found)} (max {max(s.size for s in found):.1f} nats, "
-          f"{sum(s.recovered for s in found)} recovered)")
+  return markdown.spikes([s for t in trials
+                          for s in outcomes.spikes(t.loss, t.warmup, protocol.threshold("spike_rebound"))])
 
 
 def outcome_table(protocol, measures) -> str:
@@ -159,6 +156,18 @@ def growth_table(measures) -> str:
                      markdown.number(fits.linear(depths, end), 3), markdown.number(fits.exponential(depths, end), 3)])
   return markdown.table(["shape", "arm", "top layer", "depth: init → end", "exponent p of D^p [interval]",
                          "R² linear in D", "R² exponential in D"], rows)
+
+
+def growth_losses_table(measures) -> str:
+  """Per arm and weight decay: each depth's final train and validation loss (a trained model
+  sits ~0.1 nats apart on the two; a wider gap is a measurement to check)."""
+  rows = []
+  for shape in measures.shapes:
+    for arm in measures.arms:
+      by_depth = sorted(measures.points.get((arm, shape), {}).items())
+      rows.append([shape, arm, ", ".join(f"{d}: {markdown.number(t.summary.train_loss, 3)} / "
+                                         f"{markdown.number(t.summary.val_loss, 3)}" for d, t in by_depth)])
+  return markdown.table(["shape", "arm", "depth: final train / val loss"], rows)
 
 
 def growth_figures(page, key: str, measures) -> str:
@@ -248,6 +257,13 @@ def lab_part(study, measures, tier: str) -> list[str]:
           "The rule's versions:", history]
 
 
+def _data_notes(study) -> list[str]:
+  """The study's `NOTES.md` (which trials were rerun, and why), when it has one: provenance of
+  the data, written when it was filed; never a verdict."""
+  notes = study.path / results.NOTES
+  return [f"**Data notes** ({results.NOTES}): {notes.read_text().strip()}"] if notes.is_file() else []
+
+
 def study_section(page, repo, study, index: int) -> str:
   module, arg = results.grid_module(study, repo)
   protocol = module.protocol(arg)
@@ -264,7 +280,8 @@ def study_section(page, repo, study, index: int) -> str:
   intervals = ("" if kind is not lr_sensitivity else f" Intervals: {protocol.interval:.0%} bootstrap over seeds "
                f"({protocol.bootstrap_resamples} resamples, seed {protocol.bootstrap_seed}).")
   if kind is depth_growth:
-    body = ["### Top-layer moments over depth", growth_table(measures), growth_figures(page, key, measures)]
+    body = ["### Top-layer moments over depth", growth_table(measures), growth_figures(page, key, measures),
+            "### Final losses", growth_losses_table(measures)]
   elif kind is collapse:
     body = ["### Per arm", collapse_table(measures), collapse_figures(page, key, measures)]
   elif measures.swept:
@@ -282,6 +299,7 @@ def study_section(page, repo, study, index: int) -> str:
       f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`",
       f"{protocol.summary} {len(study.trials)} trials, {', '.join(map(str, steps))} steps each."
       f"{intervals} Data: [{study.path.name}/]({study.path.name}/).",
+      *_data_notes(study),
       thresholds,
       "### Verdicts",
       verdict_table(protocol, protocol_lib.judge(protocol, measures), arg.split(",")[0], len(measures.seeds)),

@@ -1,5 +1,6 @@
-"""Every norm placement as a short declaration: data only (no jax), so that config validation
-reads the names here and the one Block (nplace/model/block.py) reads the rest.
+"""Every norm placement as a short declaration: data only (no jax, no nplace imports), on the
+package's bottom floor, so that config validation reads the names here and the one Block
+(nplace/model/block.py) reads the rest, both importing down.
 
 A sublayer (F = attention or MLP, N a norm, l = 1..L the layer, dt the residual step) is
 
