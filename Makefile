@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	JAX_PLATFORMS=cpu $(BIN)/python -m pytest -q -n auto --dist loadfile
+	JAX_PLATFORMS=cpu $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=25
 
 demo: $(STAMP)
 	$(BIN)/nplace demo

@@ -1,14 +1,18 @@
 """Hidden-state growth over depth (study A's bound): does the top layer's mean |h| of a trained
-Pre-LN model grow exponentially in the depth D, and Peri-LN's at most linearly? Judged by the
-pre-registered protocol below (`PROTOCOL`, version 1).
+Pre-LN model grow exponentially in the depth D, and Peri-LN's at most linearly (its variance at
+most quadratically)? Judged by the pre-registered protocols below (`PROTOCOL`, version 2;
+`PROTOCOL_V1` kept beside it).
 
 `experiments/growth.py:VARIANT`, VARIANT one of
-  cpu     protocol 1: depths 6, 12, 24, 48 at width 32, each trained for the same 300 steps of
-          16 x 64 tokens (lr 3e-3), with and without weight decay; Pre-LN and Peri-LN (with the
-          embedding norm) at dt 1 and 0.1; probed at init and at the end (32 trials)
-  gpu     the same arms and depths for one H100/H200-class card: width 256, 2,000 steps of
-          16 x 256 tokens in bfloat16 (~3e16 FLOP in all; run it with --batch 4); not yet run
+  cpu     protocol 2: depths 3, 6, 12, 24, 48, 96 at width 32, each trained for the same 1,000
+          steps of 16 x 64 tokens (1M tokens, lr 3e-3, weight decay 0.1), 3 seeds; Pre-LN and
+          Peri-LN (with the embedding norm) at dt 1 and 0.1; probed at init, every quarter
+          and the end (72 trials)
+  gpu     protocol 2's arms, depths and seeds for one H100/H200-class card: width 256, 2,000
+          steps of 16 x 256 tokens in bfloat16 (run it with --batch 4); not yet run
   paper   the same arms and depths at GPT-2 124M's width (768) on OpenWebText
+  v1_cpu  protocol 1: depths 6, 12, 24, 48 at width 32, 300 steps, with and without weight
+          decay, one seed (32 trials); v1_gpu its gpu tier
   v0_cpu  protocol 0: depths 12, 24, 48 after 50 steps, plain Peri-LN, fitted over the layers
           of each model (kept beside version 1)
   v0_paper
@@ -18,9 +22,11 @@ pre-registered protocol below (`PROTOCOL`, version 1).
   nplace report runs/growth --out report            # the per-layer fits within each model
 """
 from nplace.config import base_config, variant
-from nplace.studies.protocol import Claim, Protocol, Threshold
+from nplace.studies.protocol import WELCH_T, Claim, Protocol, Threshold
 
 DEPTHS = (6, 12, 24, 48)
+DEPTHS_V2 = (3, 6, 12, 24, 48, 96)  # a 32x range: an exponential's log-log slope rises ~8x across it
+SEEDS_V2 = range(3)
 WEIGHT_DECAYS = (0.1, 0.0)
 ARMS = {
     "Pre-LN": {"model.placement": "pre", "model.dt": 1.0, "model.embed_norm": False},
@@ -32,6 +38,52 @@ V0_DEPTHS = (12, 24, 48)
 V0_MODELS = (("pre", 1.0), ("pre", 0.1), ("peri", 1.0), ("peri", 0.1))
 
 PROTOCOL = Protocol(
+    name="growth", version=2,
+    summary="Growth above init of the top layer's moments of trained models (the value at the end "
+            "minus at init) against their depth D (3 to 96, the same 1M tokens each), 3 seeds per "
+            "depth; every fit per seed, Welch t-intervals over the seeds; judged again on the "
+            "probes at 1/4 and 1/2 of the run. Fixed before any run of this version.",
+    seeds=3, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95, interval_method=WELCH_T,
+    horizons=(0.25, 0.5, 1.0),
+    thresholds=(
+        Threshold("min_slope_rise", 0.2, "how much the log-log slope of the growth over the deepest "
+                                         "three depths must exceed that over the shallowest three "
+                                         "(interval's low end) to call the growth exponential: a power "
+                                         "law's slope does not rise, e^{rD}'s rises by ~45 r here"),
+        Threshold("assumed_log_noise", 0.1, "the per-seed noise in log growth the power statement "
+                                            "assumes (not a verdict threshold)"),
+    ),
+    claims=(
+        Claim("pre_exponential", "Pre-LN's top-layer mean |h| grows exponentially in D",
+              metric="slope_rises", better="Pre-LN", worse="Pre-LN"),
+        Claim("peri_at_most_linear", "Peri-LN's top-layer mean |h| grows at most linearly in D",
+              metric="power_at_most_one", better="Peri-LN", worse="Peri-LN"),
+        Claim("peri_variance_at_most_quadratic", "Peri-LN's top-layer variance grows at most "
+              "quadratically in D", metric="variance_power_at_most_two", better="Peri-LN", worse="Peri-LN"),
+    ),
+)
+"""Protocol 2's rules:
+- The measured quantity is the growth above init: the top layer's mean |h| (or entry-wise
+  variance) at the probe minus at init, per trial. A seed whose growth is not positive at some
+  depth leaves that claim not testable for its arm.
+- `slope_rises`: per seed, the least-squares slope of log growth against log D over the deepest
+  three depths minus that over the shallowest three; reproduced when the interval's low end
+  clears `min_slope_rise`, not reproduced otherwise. Both fits are in the same (log-log) space.
+  The design's power: the page prints the smallest rate r of growth e^{rD} that passes with
+  probability 0.8 under `assumed_log_noise` (depth_growth.detectable_rate), computed from this
+  declaration alone.
+- `power_at_most_one` (`variance_power_at_most_two`): per seed, the exponent p of growth ~ a D^p
+  over all depths (least squares in log-log); reproduced when the interval's high end is at most
+  1 (2), not reproduced when its low end is above it, not testable in between.
+- Protocol 1's `dt_tightens_*` claims are dropped: every branch is multiplied by dt, so they held
+  by construction. The page reports instead Peri-LN's growth against its bound: each of the 2D
+  sublayers adds an output of rms 1 times dt at init, so rms(h_L) <= rms(h_0) + 2 dt D there.
+- Reported, not judged: the top layer's largest |h| (`max_abs`) at init and at the end, and its
+  margin to the float16 (65,504) and bfloat16 (3.4e38) range.
+- A claim needs every depth of DEPTHS_V2 with every seed, else not testable.
+- Horizons: the claims are judged again on the probes at 1/4 and 1/2 of the run."""
+
+PROTOCOL_V1 = Protocol(
     name="growth", version=1,
     summary="Top-layer hidden-state moments of trained models against their depth D (6, 12, 24, 48; "
             "the same tokens each), one seed per point; intervals are the fits' 95% t-intervals over "
@@ -55,7 +107,7 @@ PROTOCOL = Protocol(
 
 def protocol(arg: str = "cpu") -> Protocol:
   get_config(arg)
-  return PROTOCOL
+  return PROTOCOL_V1 if arg.startswith(("v0", "v1")) else PROTOCOL
 
 
 def _cpu():
@@ -102,9 +154,21 @@ def _paper():
   return c
 
 
+def _v2(c):
+  """Protocol 2's horizon of a tier: 1M tokens on the cpu tier (protocol 1's 300 steps were
+  0.3M), evaluated, probed and saved at each quarter."""
+  if c.train.steps == 300:
+    c.train.steps = 1000
+    c.optim.warmup_steps = 50
+  quarter = c.train.steps // 4
+  c.train.eval_every = c.probe.every = quarter
+  c.checkpoint.every = min(c.checkpoint.every, quarter)
+  return c
+
+
 def get_config(arg: str = "cpu"):
-  return variant("growth", arg, {"cpu": _cpu, "gpu": _gpu, "paper": _paper, "v0_cpu": _v0_cpu,
-                                 "v0_paper": _paper})
+  return variant("growth", arg, {"cpu": lambda: _v2(_cpu()), "gpu": lambda: _v2(_gpu()), "paper": lambda: _v2(_paper()),
+                                 "v1_cpu": _cpu, "v1_gpu": _gpu, "v0_cpu": _v0_cpu, "v0_paper": _paper})
 
 
 def get_sweep(arg: str = "cpu") -> list[dict]:
@@ -112,5 +176,8 @@ def get_sweep(arg: str = "cpu") -> list[dict]:
   if arg.startswith("v0"):
     return [{"model.placement": placement, "model.dt": dt, "model.n_layer": depth}
             for placement, dt in V0_MODELS for depth in V0_DEPTHS]
-  return [{"model.n_layer": depth, **arm, "optim.weight_decay": wd}
-          for depth in DEPTHS for arm in ARMS.values() for wd in WEIGHT_DECAYS]
+  if arg.startswith("v1"):
+    return [{"model.n_layer": depth, **arm, "optim.weight_decay": wd}
+            for depth in DEPTHS for arm in ARMS.values() for wd in WEIGHT_DECAYS]
+  return [{"model.n_layer": depth, **arm, "seed": seed} for depth in DEPTHS_V2 for arm in ARMS.values()
+          for seed in SEEDS_V2]

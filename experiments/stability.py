@@ -1,27 +1,31 @@
-"""Study A (Kan et al. 2025): is Peri-LN less sensitive to the learning rate than Pre-LN, and does
-dt=0.1 help? Judged by the pre-registered protocol below (`PROTOCOL`, version 1).
+"""Study A (Kan et al. 2025): is Peri-LN less sensitive to the learning rate than Pre-LN, does it
+fail less often or at higher rates, and does dt=0.1 help? Judged by the pre-registered
+protocols below (`PROTOCOL`, version 2; `PROTOCOL_V1` and `PROTOCOL_V0` kept beside it).
 
 `experiments/stability.py:VARIANT`, VARIANT one of
-  cpu          the learning-rate sensitivity grid of `PROTOCOL` on this machine's tier: Pre-LN,
-               Peri-LN and Peri-LN dt=0.1 x depth {6, 12} x width {32, 64} x 5 learning rates
-               (1e-3 .. 1e-1, half-decade steps) x 3 seeds, 300 steps of 16 x 64 tokens
-  gpu          the same grid for one H100/H200-class card: depth {12, 24} x width {128, 256},
-               2,000 steps of 16 x 256 tokens in bfloat16, 5 seeds (run it with --batch 15);
-               sized by estimate (~1e17 FLOP in all), not yet run
-  paper[,SIZE] the same arms on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText, 5 seeds
+  cpu          protocol 2 on this machine's tier: Pre-LN and Peri-LN (both with weight decay 0.1
+               and 0) and Peri-LN dt=0.1 x depth {6, 12} at width 32 x 7 learning rates (1e-3 ..
+               1, half-decade steps) x 5 seeds, 1,000 steps of 16 x 64 tokens (1M tokens a
+               trial), every step's loss logged, evaluated at 1/4, 1/2 and the end (350 trials)
+  gpu          protocol 2 for one H100/H200-class card: depth {12, 24} at width 256, 2,000 steps
+               of 16 x 256 tokens in bfloat16 (run it with --batch 15); not yet run
+  paper[,SIZE] protocol 2's arms on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText
+  v1_cpu, v1_gpu, v1_paper[,SIZE]
+               protocol 1: Pre-LN, Peri-LN, Peri-LN dt=0.1 x 5 learning rates (1e-3 .. 1e-1) x 3
+               seeds (gpu, paper: 5); cpu at depth {6, 12} x width {32, 64}, 300 steps
   v0_stress    protocol 0: the stress grid the first results came from (placement x weight decay
                {0.1, 0} x 3 seeds at lr 3e-2, 150 steps), kept beside version 1
   v0_lr_scan   protocol 0's one-seed learning-rate scan
   v0_paper[,SIZE], v0_paper_lr_scan[,SIZE]   protocol 0's paper grids
 
 `nplace sweep --config experiments/stability.py:cpu --workdir runs/stability --batch 15` runs
-the grid; `nplace report --results results/ runs/stability` files it into results/ and
-regenerates results/README.md, which judges it by `PROTOCOL`.
+the grid (in parts: `--only 'n_layer=6,'`); `nplace report --results results/ runs/stability`
+files it into results/ and regenerates results/README.md, which judges it by its protocol.
 """
 import ml_collections
 
 from nplace.config import base_config
-from nplace.studies.protocol import Claim, Protocol, Threshold
+from nplace.studies.protocol import WELCH_T, Claim, Protocol, Threshold
 
 
 def _model(placement, dt=1.0, embed_norm=False) -> dict:
@@ -39,33 +43,114 @@ ARMS = {
 }
 LRS = (1e-3, 10 ** -2.5, 1e-2, 10 ** -1.5, 1e-1)  # 2 decades, half-decade steps
 PAPER_LRS = (1e-4, 10 ** -3.5, 1e-3, 10 ** -2.5, 1e-2)
-TIERS = {  # tier -> (depths, widths, seeds)
+TIERS = {  # protocol 1: tier -> (depths, widths, seeds)
     "cpu": ((6, 12), (32, 64), range(3)),
     "gpu": ((12, 24), (128, 256), range(5)),
     "paper": ((None,), (None,), range(5)),  # the GPT-2 size's own depth and width
 }
 
+# Protocol 2. Weight decay is part of the arm (the seed reports divergences with 0.1 and 0).
+ARMS_V2 = {
+    "Pre-LN": {**_model("pre"), "optim.weight_decay": 0.1},
+    "Pre-LN, no weight decay": {**_model("pre"), "optim.weight_decay": 0.0},
+    "Peri-LN": {**_model("peri", embed_norm=True), "optim.weight_decay": 0.1},
+    "Peri-LN, no weight decay": {**_model("peri", embed_norm=True), "optim.weight_decay": 0.0},
+    "Peri-LN, dt 0.1": {**_model("peri", dt=0.1, embed_norm=True), "optim.weight_decay": 0.1},
+}
+# 3 decades in half-decade steps up to 1: Wortsman et al.'s sweep tops out at 3e-1; above 1e-1
+# protocol 1's shapes start to fail, and the top must fail for every arm (else flagged).
+LRS_V2 = tuple(10 ** (e / 2) for e in range(-6, 1))
+PAPER_LRS_V2 = tuple(10 ** (e / 2) for e in range(-8, -1))  # 1e-4 .. 1e-1
+TIERS_V2 = {  # tier -> (depths, widths, seeds)
+    "cpu": ((6, 12), (32,), range(5)),
+    "gpu": ((12, 24), (256,), range(5)),
+    "paper": ((None,), (None,), range(5)),
+}
+
+# Kept from protocol 1, values and wording: what both versions judge alike.
+V1_THRESHOLDS = (
+    Threshold("min_effect", 0.05, "nats: the smallest difference in LR sensitivity (or best loss) "
+                                  "that counts; an interval must clear it"),
+    Threshold("did_not_learn", 0.1, "fraction of the learnable nats gained below which a run did "
+                                    "not learn"),
+    Threshold("spike_rebound", 1.0, "nats above the running minimum of the train loss that make a "
+                                    "loss spike (reported, never a failure)"),
+)
+PERI_FLATTER, DT_FLATTER, PERI_MATCHES_BEST = (
+    Claim("peri_flatter", "Peri-LN is less sensitive to the learning rate than Pre-LN",
+          metric="lr_sensitivity", better="Peri-LN", worse="Pre-LN"),
+    Claim("dt_flatter", "dt 0.1 makes Peri-LN less sensitive to the learning rate still",
+          metric="lr_sensitivity", better="Peri-LN, dt 0.1", worse="Peri-LN"),
+    Claim("peri_matches_best", "Peri-LN matches or beats Pre-LN at each one's best learning rate",
+          metric="best_loss", better="Peri-LN", worse="Pre-LN", matches=True),
+)
+
 PROTOCOL = Protocol(
+    name="stability", version=2,
+    summary="Learning-rate sensitivity, failure region and maximum stable learning rate of Pre-LN "
+            "and Peri-LN (with the embedding norm), each with weight decay 0.1 and 0, and of "
+            "Peri-LN at dt 0.1: per arm and model shape, the validation loss over a 3-decade "
+            "learning-rate sweep reaching 1, 5 seeds, 1M tokens a trial (cpu tier); every verdict "
+            "judged again at 1/4 and 1/2 of the run. Outcome rules 2 (blow-ups from every step's "
+            "loss); Welch t-intervals. Fixed before any run of this version.",
+    seeds=5, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95, interval_method=WELCH_T,
+    outcome_rules=2, horizons=(0.25, 0.5, 1.0), arms=ARMS_V2,
+    thresholds=(
+        *V1_THRESHOLDS,
+        Threshold("min_lr_gap", 0.25, "decades: the difference in maximum stable learning rate (log10, "
+                                      "per seed) an interval must clear: more than half a sweep step"),
+        Threshold("bracket_margin", 0.05, "nats: an optimum is bracketed when the mean loss at both "
+                                          "neighbouring rates is at least this much above it"),
+        Threshold("failure_p", 0.05, "one-sided p-value of Fisher's exact test on diverged-trial "
+                                     "counts below which one arm diverges more often"),
+    ),
+    claims=(
+        PERI_FLATTER,
+        Claim("peri_flatter_no_wd", "... and so without weight decay",
+              metric="lr_sensitivity", better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay"),
+        DT_FLATTER,
+        PERI_MATCHES_BEST,
+        Claim("peri_higher_max_lr", "Peri-LN still learns at higher learning rates than Pre-LN",
+              metric="max_stable_lr", better="Peri-LN", worse="Pre-LN"),
+        Claim("peri_higher_max_lr_no_wd", "... and so without weight decay",
+              metric="max_stable_lr", better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay"),
+        Claim("pre_diverges_more", "Pre-LN diverges in more trials of the sweep than Peri-LN",
+              metric="divergences", better="Peri-LN", worse="Pre-LN"),
+        Claim("pre_diverges_more_no_wd", "... and so without weight decay",
+              metric="divergences", better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay"),
+    ),
+)
+"""Protocol 2's rules, beyond those of `outcomes.classify(rules=2)` and its thresholds:
+- LR sensitivity and best loss as in protocol 1, with a diverged seed counted as the cap (ln V)
+  in the mean curve and in "best lr": a rate where some seeds diverged cannot be best.
+- Maximum stable learning rate of a seed: the largest rate of the sweep at which its run
+  learned (`learned`); compared between arms in log10 per seed. A seed that learned at no rate
+  has none and makes the claim not testable in that shape.
+- Failed trials: counted per arm over the sweep, split into diverged and did-not-learn;
+  `divergences` claims compare the diverged counts with Fisher's exact test, one-sided at
+  `failure_p` (reproduced when `worse` diverges significantly more often; not reproduced
+  otherwise). A claim whose arms diverged nowhere is not testable.
+- The top rate must fail (diverge or not learn) for every arm in every shape, else the page
+  flags the sweep as not reaching the failure region; an optimum at the sweep's edge, or whose
+  neighbours sit less than `bracket_margin` above it, is flagged as not bracketed.
+- Horizons: every verdict is judged again on the validation losses at 1/4 and 1/2 of the run
+  (the train loss up to that step for the outcome rules); a verdict that differs between
+  horizons says so.
+- A claim needs every seed of `seeds` at every rate in every shape, else not testable."""
+
+PROTOCOL_V1 = Protocol(
     name="stability", version=1,
     summary="Learning-rate sensitivity (Wortsman et al. 2023, arXiv 2309.14322) of Pre-LN and "
             "Peri-LN: per arm and model shape, the final validation loss over a 2-decade "
             "learning-rate sweep, 3 seeds (cpu tier). Fixed before any run of this version.",
     seeds=3, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
     thresholds=(
-        Threshold("min_effect", 0.05, "nats: the smallest difference in LR sensitivity (or best loss) "
-                                      "that counts; an interval must clear it"),
-        Threshold("did_not_learn", 0.1, "fraction of the learnable nats gained below which a run did "
-                                        "not learn"),
-        Threshold("spike_rebound", 1.0, "nats above the running minimum of the train loss that make a "
-                                        "loss spike (reported, never a failure)"),
+        *V1_THRESHOLDS,
     ),
     claims=(
-        Claim("peri_flatter", "Peri-LN is less sensitive to the learning rate than Pre-LN",
-              metric="lr_sensitivity", better="Peri-LN", worse="Pre-LN"),
-        Claim("dt_flatter", "dt 0.1 makes Peri-LN less sensitive to the learning rate still",
-              metric="lr_sensitivity", better="Peri-LN, dt 0.1", worse="Peri-LN"),
-        Claim("peri_matches_best", "Peri-LN matches or beats Pre-LN at each one's best learning rate",
-              metric="best_loss", better="Peri-LN", worse="Pre-LN", matches=True),
+        PERI_FLATTER,
+        DT_FLATTER,
+        PERI_MATCHES_BEST,
         Claim("pre_diverges_more", "Pre-LN diverges more often than Peri-LN over the sweep",
               metric="divergences", better="Peri-LN", worse="Pre-LN"),
     ),
@@ -87,7 +172,8 @@ V0_PLACEMENTS = (_model("pre"), _model("peri"), _model("peri", dt=0.1), _model("
 V0_STRESS_LR = 3e-2  # protocol 0: the lowest rate of its scan at which Pre-LN stopped learning
 V0_SCAN_LRS = (1e-3, 3e-3, 1e-2, 3e-2)
 V0_PAPER_SCAN_LRS = (3e-4, 6e-4, 1.2e-3, 2.4e-3)
-VARIANTS = ("cpu", "gpu", "paper", "v0_stress", "v0_lr_scan", "v0_paper", "v0_paper_lr_scan")
+VARIANTS = ("cpu", "gpu", "paper", "v1_cpu", "v1_gpu", "v1_paper", "v0_stress", "v0_lr_scan", "v0_paper",
+            "v0_paper_lr_scan")
 
 
 def _small(steps: int, batch_size: int, seq_len: int) -> ml_collections.ConfigDict:
@@ -113,6 +199,15 @@ def _gpu() -> ml_collections.ConfigDict:
   c.model.update(vocab_size=2048, dtype="bfloat16")
   c.data.synthetic_tokens = 2 ** 24
   c.train.update(eval_batches=8, peak_flops=9.9e14)
+  return c
+
+
+def _v2(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Protocol 2's logging of a tier's config: every step's loss (outcome rules 2 read it),
+  evaluated and saved at each quarter (the horizons; a killed cell resumes from the last)."""
+  quarter = c.train.steps // 4
+  c.train.update(log_every=1, eval_every=quarter)
+  c.checkpoint.every = min(c.checkpoint.every, quarter)
   return c
 
 
@@ -142,25 +237,29 @@ def _split(arg: str) -> tuple[str, str]:
 def protocol(arg: str = "cpu") -> Protocol:
   """The protocol a variant's results are judged by."""
   variant, _ = _split(arg)
-  return PROTOCOL_V0 if variant.startswith("v0") else PROTOCOL
+  return {"v0": PROTOCOL_V0, "v1": PROTOCOL_V1}.get(variant[:2], PROTOCOL)
 
 
 def get_config(arg: str = "cpu"):
   variant, size = _split(arg)
-  if "paper" in variant:
-    return _paper(size)
-  return {"cpu": lambda: _small(300, 16, 64), "gpu": _gpu}.get(variant, _v0_stress)()
+  if variant.startswith("v0"):
+    return _paper(size) if "paper" in variant else _v0_stress()
+  tier, v1 = variant.removeprefix("v1_"), variant.startswith("v1")
+  # protocol 2's cpu trials see 1M tokens: protocol 1's 300 steps were half a token per parameter
+  c = {"cpu": lambda: _small(300 if v1 else 1000, 16, 64), "gpu": _gpu, "paper": lambda: _paper(size)}[tier]()
+  return c if v1 else _v2(c)
 
 
 def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
-  if variant in TIERS:
-    depths, widths, seeds = TIERS[variant]
-    lrs = PAPER_LRS if variant == "paper" else LRS
-    shapes = [{}] if variant == "paper" else [{"model.n_layer": d, "model.d_model": w}
-                                              for d in depths for w in widths]
+  if variant.removeprefix("v1_") in TIERS:
+    tier, v1 = variant.removeprefix("v1_"), variant.startswith("v1")
+    depths, widths, seeds = (TIERS if v1 else TIERS_V2)[tier]
+    lrs = {(True, "paper"): PAPER_LRS, (False, "paper"): PAPER_LRS_V2}.get((v1, tier), LRS if v1 else LRS_V2)
+    shapes = [{}] if tier == "paper" else [{"model.n_layer": d, "model.d_model": w}
+                                           for d in depths for w in widths]
     return [{**shape, **arm, "optim.lr": lr, "seed": seed}
-            for shape in shapes for arm in ARMS.values() for lr in lrs for seed in seeds]
+            for shape in shapes for arm in (ARMS if v1 else ARMS_V2).values() for lr in lrs for seed in seeds]
   if variant.endswith("lr_scan"):
     lrs = V0_PAPER_SCAN_LRS if "paper" in variant else V0_SCAN_LRS
     return [{**model, "optim.lr": lr} for model in V0_PLACEMENTS + (_model("post"),) for lr in lrs]

@@ -62,3 +62,36 @@ def test_and_fail_on_the_shapes_they_do_not():
 
 def test_missing_arms_are_not_testable():
   assert verdicts({"Pre": lambda d: d}) == {"exp": p.NOT_REPRODUCED, "linear": p.NOT_TESTABLE, "dt": p.NOT_TESTABLE}
+
+
+DEPTHS_V2 = (3, 6, 12, 24, 48, 96)
+
+
+def test_slope_rise_against_two_polyfits():
+  """Protocol 2's exponential test: the deepest three depths' log-log slope minus the shallowest
+  three's, against np.polyfit on each half; 0 for any power law, ~45 r for e^{rD}."""
+  rng = np.random.default_rng(3)
+  values = np.exp(rng.normal(size=6)) + 1
+  x, y = np.log(DEPTHS_V2), np.log(values)
+  want = np.polyfit(x[3:], y[3:], 1)[0] - np.polyfit(x[:3], y[:3], 1)[0]
+  assert depth_growth.slope_rise(DEPTHS_V2, values) == pytest.approx(want)
+  assert depth_growth.slope_rise(DEPTHS_V2, 0.3 * np.array(DEPTHS_V2, float) ** 1.7) == pytest.approx(0, abs=1e-12)
+  assert depth_growth.slope_rise(DEPTHS_V2, np.exp(0.02 * np.array(DEPTHS_V2))) == pytest.approx(0.02 * 45.44, rel=1e-3)
+  assert math.isnan(depth_growth.slope_rise(DEPTHS_V2, [1, 2, 3, 4, 5, 0]))
+
+
+def test_detectable_rate_has_the_stated_power_in_a_brute_force_simulation():
+  """At the rate it states, 3 seeds with N(0, 0.1) noise on log growth pass the t-interval test
+  ~80% of the time (here: polyfits and the t quantile, on other draws); at half of it,
+  far less often."""
+  from scipy import stats
+  r = depth_growth.detectable_rate(DEPTHS_V2, 3, 0.2, 0.1, 0.95)
+  depths, rng = np.array(DEPTHS_V2, float), np.random.default_rng(7)
+
+  def pass_rate(rate, draws=2000):
+    log_growth = rate * depths[:, None] + rng.normal(0, 0.1, (6, 3 * draws))  # depth x (draw, seed)
+    rises = (np.polyfit(np.log(depths[3:]), log_growth[3:], 1)[0]
+             - np.polyfit(np.log(depths[:3]), log_growth[:3], 1)[0]).reshape(draws, 3)
+    lows = rises.mean(1) - stats.t.ppf(0.975, 2) * rises.std(1, ddof=1) / np.sqrt(3)
+    return np.mean(lows > 0.2)
+  assert 0.01 < r < 0.02 and pass_rate(r) == pytest.approx(0.8, abs=0.04) and pass_rate(r / 2) < 0.4

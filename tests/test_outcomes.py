@@ -135,3 +135,65 @@ def test_the_plateau_gap_is_the_last_quarters_mean_minus_the_level():
   loss = [(s, FREQ + (1.0 if s < 300 else 0.2)) for s in range(10, 410, 10)]  # last quarter: 0.2 above
   assert outcomes.plateau_gap(loss, FREQ) == pytest.approx(0.2)
   assert outcomes.plateau_gap([], FREQ) is None
+
+
+ENTROPY = 1.45
+INIT = 6.24  # ln 512: the first step's loss at GPT-2's init
+WARMUP = 10
+
+
+def per_step(*segments):
+  """A per-step train loss `[(step, loss)]` from (steps, start, end) linear segments."""
+  out = []
+  for n, a, b in segments:
+    out += list(np.linspace(a, b, n, endpoint=False))
+  return [(i + 1, float(v)) for i, v in enumerate(out)]
+
+
+def classify2(loss, **fields):
+  s = summary(entropy_rate=ENTROPY, **fields)
+  return outcomes.classify(s, loss, WARMUP, 0.1, rules=2), outcomes.blow_up(s, loss, WARMUP)
+
+
+def test_rules_2_a_blow_up_before_any_learning_diverged():
+  """Up from init to 11 nats right after warmup, never below the frequency loss: rules 1 call
+  it `did_not_learn` (it never learned, so it never lost anything); rules 2 `diverged`."""
+  loss = per_step((WARMUP, INIT, INIT), (20, 11.0, 8.0), (70, 7.0, 6.5))
+  s = summary(entropy_rate=ENTROPY, val_loss=6.5)
+  assert outcomes.classify(s, loss, WARMUP, 0.1) == outcomes.DID_NOT_LEARN
+  outcome, blown = classify2(loss, val_loss=6.5)
+  assert outcome == outcomes.DIVERGED and blown.step == WARMUP + 1 and not blown.recovered
+  assert blown.peak == pytest.approx(11.0 - INIT)
+
+
+def test_rules_2_a_blow_up_that_recovers_is_transient_not_a_spike():
+  """Learned to 3, blew up to 9 (above init), came back to 2.3: `learned`, one recovered
+  blow-up of 2.76 nats above init, and no spike (rules 1 saw a 6-nat spike)."""
+  loss = per_step((WARMUP, INIT, 5.0), (40, 5.0, 3.0), (1, 9.0, 9.0), (49, 4.0, 2.3))
+  outcome, blown = classify2(loss, val_loss=2.35)
+  assert outcome == outcomes.LEARNED and blown.recovered and blown.peak == pytest.approx(9.0 - INIT)
+  assert outcomes.spikes(loss, WARMUP, 1.0, rules=2) == []
+  assert [round(s.size) for s in outcomes.spikes(loss, WARMUP, 1.0)] == [6]
+
+
+def test_rules_2_a_blow_up_on_text_data_diverged():
+  """No entropy rate (text): the loss rose above init after warmup and the run ended above the
+  frequency loss. Rules 1 read only the final loss there (`did_not_learn`)."""
+  loss = per_step((WARMUP, INIT, 5.5), (30, 5.5, 12.0), (60, 12.0, 7.0))
+  s = summary(val_loss=7.0)
+  assert s.entropy_rate is None and outcomes.classify(s, loss, WARMUP, 0.1) == outcomes.DID_NOT_LEARN
+  assert outcomes.classify(s, loss, WARMUP, 0.1, rules=2) == outcomes.DIVERGED
+
+
+def test_rules_2_spikes_count_from_the_first_step_after_warmup():
+  """The warmup reached 3.0; the first step after it is 4.5. Rules 1 start the running
+  minimum after warmup and cannot see that step as a spike; rules 2 can."""
+  loss = per_step((WARMUP, INIT, 3.0), (1, 4.5, 4.5), (89, 3.0, 2.5))
+  assert outcomes.spikes(loss, WARMUP, 1.0) == []
+  (spike,) = outcomes.spikes(loss, WARMUP, 1.0, rules=2)
+  assert spike.step == WARMUP + 1 and spike.recovered and spike.size > 1.0
+
+
+def test_rules_2_a_healthy_run_has_no_blow_up():
+  loss = per_step((WARMUP, INIT, 5.0), (90, 5.0, 2.3))
+  assert classify2(loss, val_loss=2.35) == (outcomes.LEARNED, None)

@@ -2,6 +2,7 @@
 import itertools
 
 import numpy as np
+import pytest
 
 from nplace.probes import attention, representations
 
@@ -41,6 +42,7 @@ def test_moments_match_definitions():
     np.testing.assert_allclose(m["var_entry"][l], np.mean([t.var() for t in tokens]), rtol=1e-5)
     np.testing.assert_allclose(m["var_data"][l], np.mean([tokens[:, j].var() for j in range(8)]), rtol=1e-5)
     np.testing.assert_allclose(m["rms"][l], np.sqrt((h ** 2).mean()), rtol=1e-5)
+    assert m["max_abs"][l] == pytest.approx(max(abs(x) for x in h.ravel()), rel=1e-6)
 
 
 def test_attention_probes_match_naive():

@@ -29,7 +29,7 @@ def test_probe_command_at_init(tmp_path, capsys):
   assert (got["placement"], got["n_layer"], got["step"]) == ("peri", 2, 0)
   per_layer = ["grad_h", "grad_q", "grad_mlp_out", "jacobian_frobenius",
                "local_sensitivity", "similarity", "similarity_centered", "rank_ratio", "mean_abs", "var_entry", "var_data",
-               "rms", "attention_tv", "attention_entropy", "rms_theory"]
+               "rms", "max_abs", "attention_tv", "attention_entropy", "rms_theory"]
   for name in per_layer:
     assert len(got[name]) == 2 and np.all(np.isfinite(got[name])), name
   for name in ("norm_in_scale", "norm_in_backward", "norm_out_scale", "norm_out_backward"):

@@ -80,3 +80,21 @@ def test_sensitivity_judges_again_at_half_and_double_each_threshold():
   assert [verdict[0] for _, _, verdict in rows] == [p.REPRODUCED, p.REPRODUCED, p.NOT_REPRODUCED]
   assert PROTOCOL.scaled("min_effect", 2.0).threshold("min_effect") == 0.2
   assert PROTOCOL.threshold("min_effect") == 0.1  # scaling makes a new protocol
+
+
+def test_welch_t_intervals_match_scipy_and_a_bootstrap_of_3_seeds_is_their_range():
+  """Protocol 2's intervals: Welch's t-interval of a difference of means (scipy's own), and of
+  one mean; the version-1 bootstrap's 95% interval over 3 seeds is just [min, max]."""
+  from scipy import stats
+  better, worse = [0.31, 0.18, 0.25, 0.40, 0.22], [0.59, 0.45, 0.71, 0.52]
+  t = dataclasses.replace(PROTOCOL, interval_method=p.WELCH_T)
+  mean, low, high = p.interval(better, worse, t, None)
+  ci = stats.ttest_ind(worse, better, equal_var=False).confidence_interval(0.95)
+  assert mean == pytest.approx(np.mean(worse) - np.mean(better)) and (low, high) == pytest.approx((ci.low, ci.high))
+  mean, low, high = p.mean_interval(better, t, None)
+  one = stats.ttest_1samp(better, 0).confidence_interval(0.95)
+  assert (low, high) == pytest.approx((one.low, one.high))
+  assert p.mean_interval([0.2, 0.2, 0.2], t, None) == pytest.approx((0.2, 0.2, 0.2))
+  boot = dataclasses.replace(PROTOCOL, bootstrap_resamples=2000)
+  _, low, high = p.mean_interval([0.259, 0.150, 0.064], boot, np.random.default_rng(0))
+  assert (low, high) == pytest.approx((0.064, 0.259))

@@ -1,13 +1,16 @@
 """`nplace sweep` as a user runs it: a 3-trial grid (one diverges), killed mid-trial with SIGKILL
 and rerun; `--list`; grids it must refuse before running anything."""
 import json
+import math
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
@@ -122,8 +125,9 @@ def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsy
 
 
 @pytest.mark.parametrize("grid,trials,cells", [
-    ("stability.py:cpu", 180, 12), ("stability.py:gpu", 300, 24), ("stability.py:paper,350m", 75, 6),
-    ("growth.py:cpu", 32, 8), ("growth.py:gpu", 32, 8), ("collapse.py:cpu", 15, 5), ("collapse.py:gpu", 25, 5), ("collapse.py:paper", 15, 5)])
+    ("stability.py:cpu", 350, 24), ("stability.py:gpu", 350, 24), ("stability.py:paper,350m", 175, 12),
+    ("stability.py:v1_cpu", 180, 12), ("growth.py:cpu", 72, 12), ("growth.py:gpu", 72, 12),
+    ("growth.py:v1_cpu", 32, 8), ("collapse.py:cpu", 15, 5), ("collapse.py:gpu", 25, 5), ("collapse.py:paper", 15, 5)])
 def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells, tmp_path, capsys):
   """The grid dry, through the console script's entry point: `--list` prints every trial (or
   cell of up to 15) and runs nothing."""
@@ -135,3 +139,23 @@ def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells,
   assert [len(lines) for lines in listed] == [trials, cells]
   assert all(line.split("\t")[1].startswith("nplace train") for line in listed[0])
   assert not (tmp_path / "sw").exists()
+
+
+def test_stability_protocol_2_sweeps_into_the_failure_region_long_enough_to_train(tmp_path, capsys):
+  """What protocol 2's cpu tier lists: >= 3 decades of half-decade steps up to >= 3e-1, weight
+  decay 0.1 and 0 for Pre-LN and Peri-LN, 5 seeds, >= 1M tokens a trial, every step logged
+  and an evaluation at each quarter (its horizons)."""
+  spec = f"{pathlib.Path(__file__).resolve().parent.parent}/experiments/stability.py:cpu"
+  assert main.main(["sweep", "--config", spec, "--workdir", str(tmp_path), "--list"]) == 0
+  commands = [line.split("\t")[1] for line in capsys.readouterr().out.splitlines()]
+  lrs = sorted({float(re.search(r"--config.optim.lr=([0-9.e-]+)", c).group(1)) for c in commands})
+  assert lrs[0] <= 1e-3 and lrs[-1] >= 3e-1 and math.log10(lrs[-1] / lrs[0]) >= 3
+  np.testing.assert_allclose(np.diff(np.log10(lrs)), 0.5)
+  for placement in ("pre", "peri"):
+    decays = {re.search(r"weight_decay=([0-9.]+)", c).group(1) for c in commands
+              if f"placement={placement}" in c}
+    assert {float(d) for d in decays} == {0.0, 0.1}, placement
+  assert {re.search(r"--config.seed=(\d+)", c).group(1) for c in commands} == set("01234")
+  config = train_command.COMMAND.parse(["--config", spec])[0].config
+  assert config.train.steps >= 1000 and config.train.steps * config.train.batch_size * config.data.seq_len >= 1_000_000
+  assert config.train.log_every == 1 and config.train.eval_every == config.train.steps // 4

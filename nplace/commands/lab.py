@@ -5,7 +5,7 @@ orders of magnitude the model is off balance) and its stability prediction. The 
 --config (default experiments/placements.py: study A's CPU stress grid) made --depth blocks
 deep and --width wide, probed at init on a random batch.
 
-`nplace lab --rank RESULTS/STUDY` (a committed learning-rate sweep, e.g. results/stability_cpu):
+`nplace lab --rank RESULTS/STUDY` (a committed learning-rate sweep, e.g. results/stability_v1_cpu):
 every configuration and seed scored at its trained depth, width and init, ranked against its
 LR sensitivity (Spearman's rho with a bootstrap interval over seeds), written to
 STUDY/lab.json for `nplace report --results`. `nplace lab --rank SWEEP_DIR` (protocol 0): the

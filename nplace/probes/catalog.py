@@ -30,6 +30,7 @@ _BLOCK = {
     "var_entry": Probe("block", "variance over features", log=True),
     "var_data": Probe("block", "variance over tokens", log=True),
     "rms": Probe("block", "rms(h)", log=True),
+    "max_abs": Probe("block", "largest |h|", log=True),
     "attention_tv": Probe("block", "TV from prefix average", log=False, ylim=(0.0, 1.0)),
     "attention_entropy": Probe("block", "attention entropy (nats)", log=False),
 } | {f"grad_{m}": Probe("block", f"|dL/dW_{m}|_F", log=True)

@@ -27,7 +27,8 @@ def rank_ratio(h_XBTD):
 
 def moments(h_XBTD):
   """mean |h|; entry-wise variance (over features, mean over tokens); data-wise variance
-  (over all B*T tokens, mean over features); rms. Leading axes X are kept."""
+  (over all B*T tokens, mean over features); rms; the largest |h| (a "massive activation":
+  what overflows float16 first). Leading axes X are kept."""
   h = h_XBTD.astype(jnp.float32)
   tokens_XND = h.reshape(*h.shape[:-3], -1, h.shape[-1])
   return {
@@ -35,4 +36,5 @@ def moments(h_XBTD):
       "var_entry": jnp.mean(jnp.var(h, axis=-1), axis=(-2, -1)),
       "var_data": jnp.mean(jnp.var(tokens_XND, axis=-2), axis=-1),
       "rms": jnp.sqrt(jnp.mean(h * h, axis=(-3, -2, -1))),
+      "max_abs": jnp.max(jnp.abs(h), axis=(-3, -2, -1)),
   }

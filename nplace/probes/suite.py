@@ -17,7 +17,8 @@ def run_suite(cfg, params, batch_BT1, key, probe_config) -> dict:
   """Probe name -> per-layer array, on a `[B, T+1]` batch.
 
   Per layer l = 1..L (block outputs): grad_h, grad_<matrix>, local_sensitivity, similarity,
-  similarity_centered, rank_ratio, mean_abs, var_entry, var_data, rms, attention_tv, attention_entropy.
+  similarity_centered, rank_ratio, mean_abs, var_entry, var_data, rms, max_abs, attention_tv,
+  attention_entropy.
   Per source layer l = 0..L-1 of J_{l->L}: jacobian_frobenius, jacobian_spectral (on the
   first spectral_batch sequences; absent when power_iters = 0, as it costs O(L^2) passes).
   Per sublayer (2L): <role>_scale, <role>_backward (role norm | norm_in | norm_out); per

@@ -15,7 +15,8 @@ from nplace.studies import fits, protocol as protocol_lib
 
 DEPTH, WEIGHT_DECAY = "model.n_layer", "optim.weight_decay"
 QUANTITIES = {"mean_abs": "mean |h|", "var_entry": "entry-wise variance", "var_data": "data-wise variance"}
-METRICS = ("exponential_over_linear", "power_at_most_one", "lower_at_every_depth")
+METRICS = ("exponential_over_linear", "power_at_most_one", "lower_at_every_depth", "slope_rises",
+           "variance_power_at_most_two")
 
 
 def power_fit(depths, values, interval: float) -> tuple[float, float, float]:
@@ -83,3 +84,47 @@ class Measures:
   def _untestable(claim, effects):
     return protocol_lib.Verdict(claim, protocol_lib.NOT_TESTABLE, tuple(effects), None,
                                 "every depth trained and probed (>= 3, values > 0)")
+
+
+def _slope_weights(log_depths) -> np.ndarray:
+  """w with w . log y = the least-squares slope of log y against these log depths."""
+  centred = log_depths - log_depths.mean()
+  return centred / np.sum(centred ** 2)
+
+
+def _rise_weights(depths) -> np.ndarray:
+  """w with w . log y = slope_rise: the deepest three depths' slope minus the shallowest three's."""
+  depths = np.asarray(depths, float)
+  order, w = np.argsort(depths), np.zeros(len(depths))
+  log_depths = np.log(depths)
+  w[order[-3:]] += _slope_weights(log_depths[order[-3:]])
+  w[order[:3]] -= _slope_weights(log_depths[order[:3]])
+  return w
+
+
+def slope_rise(depths, values) -> float:
+  """Protocol 2's test of exponential against power-law growth, both in log-log space: the slope
+  of log y against log D over the deepest three depths minus that over the shallowest three. A
+  power law a D^p gives 0 at any p; e^{rD} gives r times a positive factor of the depths (~45
+  for 3..96). NaN with fewer than 6 depths or a value <= 0."""
+  values = np.asarray(values, float)
+  if len(values) < 6 or not np.all(values > 0):
+    return math.nan
+  return float(_rise_weights(depths) @ np.log(values))
+
+
+def detectable_rate(depths, seeds: int, min_rise: float, log_noise: float, interval: float,
+                    power: float = 0.8, draws: int = 20000) -> float:
+  """The smallest rate r of exponential growth e^{rD} that `slope_rises` calls exponential with
+  probability `power`, when each seed's log growth carries independent N(0, log_noise) noise
+  and the t-interval's low end over the seeds must clear `min_rise`. The rise is linear in
+  log y, so a seed's rise is r c + w . noise (c the noise-free rise of e^D): the rate each
+  draw needs is closed-form, and the answer is their `power` quantile. Draws from seed 0, so
+  the same declaration always states the same number."""
+  depths = np.asarray(depths, float)
+  w = _rise_weights(depths)
+  c = float(w @ depths)
+  noise_NS = np.random.default_rng(0).normal(0, log_noise, (draws, seeds, len(depths))) @ w
+  t = stats.t.ppf(0.5 + interval / 2, seeds - 1)
+  low_N = noise_NS.mean(1) - t * noise_NS.std(1, ddof=1) / math.sqrt(seeds)
+  return float(np.quantile((min_rise - low_N) / c, power))

@@ -10,6 +10,19 @@ grid's protocol, nplace/studies/protocol.py):
 - `learned`: neither. Loss spikes (`spikes`) are reported with their size and recovery; a
   spike the run recovered from is not a failure, and "did not learn" is never a divergence.
 
+Outcome rules 2 (`classify(..., rules=2)`, declared with study A's protocol 2; the logged train
+loss is then every step's, `train.log_every=1`):
+- a **blow-up** (`blow_up`): after warmup the train loss rose above the loss at init (the first
+  step's, computed on the initial parameters), whether or not the run had learned, on
+  synthetic and text data alike;
+- `diverged`: not finite as above, or learned-then-lost as above, or a blow-up and the run
+  ended at or above the frequency loss (its final validation loss);
+- a blow-up the run recovered from is a **transient blow-up**, reported with its size and
+  recovery beside the spikes; the run is then `learned` or `did_not_learn` as above;
+- spikes count from the first step: the running minimum includes warmup, so the first step
+  after warmup can be a spike, and an excursion above the loss at init is a blow-up, not a
+  spike (`spikes(..., rules=2)`).
+
 Protocol 0 (`failures`: the summary alone; its margin was set after the pilot runs, kept so
 protocol 0's pages, study A's failure table and the learning-rate scan, read as they were
 judged). A run can fail in more than one way:
@@ -89,25 +102,36 @@ def learned_fraction(summary: Summary) -> float | None:
   return (freq - val) / (freq - rate)
 
 
-def spikes(loss, warmup: int, rebound: float) -> list[Spike]:
+def spikes(loss, warmup: int, rebound: float, rules: int = 1) -> list[Spike]:
   """The excursions of the logged train loss `[(step, loss)]` after warmup that climbed at least
-  `rebound` nats above its running minimum."""
-  found, low, start, peak = [], math.inf, None, 0.0
+  `rebound` nats above its running minimum. Rules 2: that minimum includes the warmup's steps
+  (the first step after warmup is judged too), and an excursion above the loss at init is a
+  blow-up (`blow_up`), not a spike."""
+  found, low, start, peak, top = [], math.inf, None, 0.0, -math.inf
+  ceiling = loss[0][1] if rules >= 2 and loss else math.inf
+
+  def close(recovered):
+    if top <= ceiling:
+      found.append(Spike(start, peak, recovered))
+
   for step, value in loss:
-    if step <= warmup or not math.isfinite(value):
+    if not math.isfinite(value):
+      continue
+    if step <= warmup:
+      low = min(low, value) if rules >= 2 else low
       continue
     if start is None:
       if value - low >= rebound:
-        start, peak = step, value - low
+        start, peak, top = step, value - low, value
       else:
         low = min(low, value)
     else:
-      peak = max(peak, value - low)
+      peak, top = max(peak, value - low), max(top, value)
       if value - low < rebound / 2:
-        found.append(Spike(start, peak, True))
+        close(True)
         start, low = None, min(low, value)
   if start is not None:
-    found.append(Spike(start, peak, False))
+    close(False)
   return found
 
 
@@ -124,14 +148,40 @@ def stayed_above(loss, frequency_loss: float, learned_below: float, warmup: int)
   return last_below < len(rest) - 1
 
 
-def classify(summary: Summary, loss, warmup: int, did_not_learn: float) -> str:
-  """`diverged`, `did_not_learn` or `learned` (protocol 1, module doc). Without an entropy rate
-  (text data) a run learned when its val loss is below the frequency loss."""
+@dataclasses.dataclass(frozen=True)
+class BlowUp:
+  step: int  # the first step after warmup above the loss at init
+  peak: float  # nats: the highest loss after warmup minus the loss at init
+  recovered: bool  # the run ended below the frequency loss
+
+
+def blow_up(summary: Summary, loss, warmup: int) -> BlowUp | None:
+  """Rules 2's blow-up (module doc), or None: the train loss after warmup above the first
+  step's, the loss at init."""
+  if not loss:
+    return None
+  init = loss[0][1]
+  above = [(step, value) for step, value in loss if step > warmup and math.isfinite(value) and value > init]
+  if not above:
+    return None
+  val, freq = summary.val_loss, summary.frequency_loss
+  recovered = _finite(val) and _finite(freq) and val < freq
+  return BlowUp(above[0][0], max(v for _, v in above) - init, bool(recovered))
+
+
+def classify(summary: Summary, loss, warmup: int, did_not_learn: float, rules: int = 1) -> str:
+  """`diverged`, `did_not_learn` or `learned` (protocol 1's rules, or `rules` 2: module doc).
+  Without an entropy rate (text data) a run learned when its val loss is below the frequency
+  loss."""
   val, freq = summary.val_loss, summary.frequency_loss
   if (summary.status == "diverged" or summary.skipped_steps > 0
       or (val is not None and not math.isfinite(val))
       or any(not math.isfinite(value) for _, value in loss)):
     return DIVERGED
+  if rules >= 2:
+    found = blow_up(summary, loss, warmup)
+    if found is not None and not found.recovered:
+      return DIVERGED
   fraction = learned_fraction(summary)
   if fraction is not None:
     if stayed_above(loss, freq, freq - did_not_learn * (freq - summary.entropy_rate), warmup):

@@ -4,10 +4,18 @@ with a version. A rule changed after results exist is a new version, declared be
 
 `judge` turns a grid's measurements (nplace/studies/lr_sensitivity.py's `Measures`) into one
 `Verdict` per claim; `sensitivity` judges again with each threshold halved and doubled.
+
+Intervals (`interval_method`): version 1 protocols use a percentile bootstrap over seeds. With
+3 seeds its "95%" interval is the seeds' [min, max] (all three draws land on the minimum with
+probability 1/27 > 2.5%), about 75-80% coverage. Later versions use Welch's t-interval, whose
+coverage is the stated one for normal per-seed values at any number of seeds.
 """
 import dataclasses
 
 import numpy as np
+from scipy import stats
+
+BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
 
 REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable at this tier"
 
@@ -44,6 +52,10 @@ class Protocol:
   interval: float  # the confidence level of every interval
   thresholds: tuple[Threshold, ...]
   claims: tuple[Claim, ...]
+  interval_method: str = BOOTSTRAP  # BOOTSTRAP | WELCH_T (module doc)
+  outcome_rules: int = 1  # nplace/studies/outcomes.py: which definition of a run's outcome
+  horizons: tuple[float, ...] = (1.0,)  # fractions of the run at which every verdict is judged
+  arms: dict | None = None  # label -> overrides; None: the grid module's ARMS
 
   def threshold(self, name: str) -> float:
     return next(t.value for t in self.thresholds if t.name == name)
@@ -93,15 +105,37 @@ def bounds(means_R, protocol: Protocol) -> tuple[float, float]:
   return float(low), float(high)
 
 
+def _t_bounds(mean: float, variance_of_mean: float, dof: float, protocol: Protocol) -> tuple[float, float]:
+  if not variance_of_mean > 0:  # every seed alike (or one seed): no spread to widen by
+    return (mean, mean) if variance_of_mean == 0 else (np.nan, np.nan)
+  half = stats.t.ppf(1 - (1 - protocol.interval) / 2, dof) * np.sqrt(variance_of_mean)
+  return float(mean - half), float(mean + half)
+
+
 def mean_interval(values_S, protocol: Protocol, rng) -> tuple[float, float, float]:
-  """Mean over seeds and its bootstrap interval."""
-  return (float(np.mean(values_S)), *bounds(_resampled_means(values_S, protocol, rng), protocol))
+  """Mean over seeds and its interval (the protocol's method)."""
+  values_S = np.asarray(values_S, float)
+  mean = float(np.mean(values_S))
+  if protocol.interval_method == WELCH_T:
+    n = len(values_S)
+    return (mean, *_t_bounds(mean, np.var(values_S, ddof=1) / n if n > 1 else np.nan, n - 1, protocol))
+  return (mean, *bounds(_resampled_means(values_S, protocol, rng), protocol))
 
 
 def interval(better_S, worse_S, protocol: Protocol, rng) -> tuple[float, float, float]:
-  """Mean of worse - better and its bootstrap interval, resampling each arm's seeds."""
+  """Mean of worse - better and its interval: the bootstrap resamples each arm's seeds; Welch's
+  t-interval takes each arm's variance and the Welch-Satterthwaite degrees of freedom."""
+  better_S, worse_S = np.asarray(better_S, float), np.asarray(worse_S, float)
+  mean = float(np.mean(worse_S) - np.mean(better_S))
+  if protocol.interval_method == WELCH_T:
+    if min(len(better_S), len(worse_S)) < 2:
+      return mean, np.nan, np.nan
+    v_b, v_w = np.var(better_S, ddof=1) / len(better_S), np.var(worse_S, ddof=1) / len(worse_S)
+    total = v_b + v_w
+    dof = total ** 2 / (v_b ** 2 / (len(better_S) - 1) + v_w ** 2 / (len(worse_S) - 1)) if total > 0 else 1
+    return (mean, *_t_bounds(mean, total, dof, protocol))
   diff_R = _resampled_means(worse_S, protocol, rng) - _resampled_means(better_S, protocol, rng)
-  return (float(np.mean(worse_S) - np.mean(better_S)), *bounds(diff_R, protocol))
+  return (mean, *bounds(diff_R, protocol))
 
 
 COMPARED = ("lr_sensitivity", "best_loss", "final_loss")  # per-seed values compared between arms

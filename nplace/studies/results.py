@@ -17,7 +17,7 @@ from nplace.train.summary import Summary, SummaryError
 
 TRIALS, GRID = "trials.jsonl", "grid.json"
 NOTES = "NOTES.md"  # optional, written by hand when data is filed: what was rerun and why (export keeps it)
-PROBED = ("mean_abs", "var_entry", "var_data",  # growth over depth
+PROBED = ("mean_abs", "var_entry", "var_data", "rms", "max_abs",  # growth over depth
           "similarity", "similarity_centered", "grad_h", "norm_backward", "norm_in_backward")  # collapse
 
 
