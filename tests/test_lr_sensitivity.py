@@ -69,3 +69,21 @@ def test_a_grid_without_a_sweep_is_measured_by_its_final_loss():
     m.per_seed("lr_sensitivity", "Pre", "depth 6")
   with pytest.raises(ValueError, match="final_loss"):
     lr_sensitivity.Measures(PROTOCOL, ARMS, grid()).per_seed("final_loss", "Pre", "depth 6")
+
+
+def test_measures_classify_by_the_protocols_outcome_rules_and_arms():
+  """A run that blew up above its loss at init before learning (7 -> 11 nats) and ended at 6.5:
+  `did_not_learn` under rules 1, `diverged` under a protocol declaring rules 2; a protocol's
+  own arms (here with weight decay) are the ones `results.arms` hands the measures."""
+  import dataclasses
+  from nplace.studies import results
+  blown = Trial("pre,blown", {"model.placement": "pre", "optim.lr": 1.0, "seed": 0},
+                Summary(val_loss=6.5, frequency_loss=FREQ, entropy_rate=RATE, step=100),
+                [(1, 7.0), (20, 11.0), (100, 6.5)], 10, VOCAB)
+  assert lr_sensitivity.Measures(PROTOCOL, ARMS, [blown]).trials[0][5] == outcomes.DID_NOT_LEARN
+  rules_2 = dataclasses.replace(PROTOCOL, outcome_rules=2)
+  assert lr_sensitivity.Measures(rules_2, ARMS, [blown]).trials[0][5] == outcomes.DIVERGED
+  module = type("Grid", (), {"ARMS": ARMS})
+  own = {"Pre, no weight decay": {"model.placement": "pre", "optim.weight_decay": 0.0}}
+  assert results.arms(module, PROTOCOL) is ARMS
+  assert results.arms(module, dataclasses.replace(PROTOCOL, arms=own)) is own

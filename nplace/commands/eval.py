@@ -33,7 +33,7 @@ def main(argv):
     raise UsageError("--workdir is required")
   try:
     if not named:
-      fv, _ = COMMAND.parse(argv, config=checkpoint.read_config(fv.workdir, fv.step)[0])
+      fv, _ = COMMAND.parse(argv, config=checkpoint.read_config(fv.workdir, fv.step)[0], check_outputs=False)
     validate(fv.config)
     out = evaluate_checkpoint(fv.config, fv.workdir, fv.step)
   except FileNotFoundError as e:

@@ -47,7 +47,7 @@ class Measures:
       arm = protocol_lib.arm_of(arms, trial.overrides)
       if arm is None:
         continue
-      outcome = outcomes.classify(trial.summary, trial.loss, trial.warmup, did_not_learn)
+      outcome = outcomes.classify(trial.summary, trial.loss, trial.warmup, did_not_learn, protocol.outcome_rules)
       lr = trial.overrides.get(LR)
       self.trials.append((arm, shape_of(trial.overrides), trial.overrides.get(SEED),
                           None if lr is None else float(lr), trial, outcome))

@@ -61,6 +61,12 @@ def grid_module(study: Study, repo=None):
   return module, arg
 
 
+def arms(module, protocol) -> dict:
+  """The arms a protocol judges (label -> overrides): its own where it declares them (study A's
+  protocol 2 makes weight decay part of the arm), else its grid module's ARMS."""
+  return protocol.arms if protocol.arms is not None else module.ARMS
+
+
 def name_of(config: str) -> str:
   """The results directory of a grid: `experiments/stability.py:cpu` -> `stability_cpu`."""
   file, _, arg = config.partition(":")

@@ -186,7 +186,8 @@ def sensitivity_measures(study):
     module, arg = results.grid_module(study)
   except runs_lib.RunsError as e:
     raise UsageError(str(e)) from None
-  measures = lr_sensitivity.Measures(module.protocol(arg), module.ARMS, study.trials)
+  protocol = module.protocol(arg)
+  measures = lr_sensitivity.Measures(protocol, results.arms(module, protocol), study.trials)
   if not measures.swept:
     raise UsageError(f"--rank {study.path}: {study.config} is not a learning-rate sweep: "
                      "nothing to rank the lab against")

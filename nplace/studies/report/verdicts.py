@@ -116,7 +116,8 @@ def figures(page, key: str, measures) -> str:
 
 def _spikes(trials, protocol) -> str:
   return markdown.spikes([s for t in trials
-                          for s in outcomes.spikes(t.loss, t.warmup, protocol.threshold("spike_rebound"))])
+                          for s in outcomes.spikes(t.loss, t.warmup, protocol.threshold("spike_rebound"),
+                                                   protocol.outcome_rules)])
 
 
 def outcome_table(protocol, measures) -> str:
@@ -271,7 +272,7 @@ def study_section(page, repo, study, index: int) -> str:
               lr_sensitivity)
 
   def measures_for(p):
-    return kind.Measures(p, module.ARMS, study.trials)
+    return kind.Measures(p, results.arms(module, p), study.trials)
 
   measures = measures_for(protocol)
   key = f"{index}_{pathlib.Path(study.path).name}"
