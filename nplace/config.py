@@ -151,7 +151,11 @@ class TrainConfig(Section):
 @dataclasses.dataclass(frozen=True)
 class EvalConfig(Section):
   """config.eval: what an evaluation computes beyond the loss."""
-  rouge: bool = key(True, "ROUGE-1/2/L of the argmax predictions at every eval (pure Python: off for speed)")
+  rouge: bool = key(True, "ROUGE-1/2/L at every eval: of the teacher-forced argmax predictions, of the copy "
+                    "baseline and of the generated continuations (pure Python: off for speed)")
+  generate: int = key(4, "validation sequences per eval batch (its first N) given a greedy continuation of their "
+                      "first half, scored against the second half (ROUGE, BERTScore); seq_len/2 forwards of N "
+                      "sequences per batch; 0 = off")
   bertscore_model: str | None = key(None, "local model directory for BERTScore; None = off")
   bertscore_layers: int | None = key(None, "its layer to score with; None = the last")
 
@@ -331,6 +335,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _validate_probe(config.probe)
   if config.eval.bertscore_layers is not None:
     _positive("eval.bertscore_layers", config.eval.bertscore_layers)
+  if config.eval.generate < 0:
+    raise ConfigError("eval.generate", config.eval.generate, "must be >= 0 (0 = off)")
+  if config.eval.generate and config.data.seq_len < 2:
+    raise ConfigError("eval.generate", config.eval.generate, f"needs data.seq_len >= 2 to prompt with half a sequence and "
+                      f"continue it, got {config.data.seq_len}")
   _validate_training(config)
   data_checks.validate(config)
 

@@ -52,7 +52,7 @@ def get_config(arg="keys"):
   c.train.update(steps=40 if arg == "pair" else 20, batch_size=8, log_every=1, eval_every=10, eval_batches=1)
   c.optim.warmup_steps = 5
   c.checkpoint.every = 10
-  c.eval.rouge = False
+  c.eval.rouge = arg == "keys"  # the keys cell compares every eval number, generated ROUGE too; the rest skip it
   return c
 
 
@@ -99,14 +99,18 @@ def test_a_cell_trains_and_evaluates_each_trial_as_it_does_alone(keys):
   """Every logged train loss and eval loss (and the summary's val loss) of each trial, in the
   cell against alone, for trials apart in every free key. rtol 1e-5: float32 rounding only (the
   cell's batched matmuls and the lone run's all-reduce over the two devices sum in other
-  orders); measured ~2e-7 after 20 AdamW steps."""
+  orders); measured ~2e-7 after 20 AdamW steps. The text scores of argmaxes, the generated
+  continuations' (decoded at each trial's own model.dt) among them, are the same."""
   root, stdout = keys
   assert (f"cell: 3 runs in one program ({', '.join(NAMES)}), differing in "
           f"{', '.join(cell_lib.steps.HYPERPARAMETERS)}") in stdout
   for name in NAMES:
     in_cell, alone = (Summary.read(root / which / name / "summary.json") for which in ("cell", "alone"))
     assert in_cell.val_loss == pytest.approx(alone.val_loss, rel=1e-5), name
-    for tag in ("train/loss", "eval/loss"):
+    assert in_cell.gen_decoding == alone.gen_decoding == "greedy, prompt 16 tokens, 16 generated, 4 sequences"
+    for key in ("rouge1", "rougeL", "copy_rougeL", "gen_rouge1", "gen_rouge2", "gen_rougeL"):
+      assert getattr(in_cell, key) == pytest.approx(getattr(alone, key), rel=1e-6), (name, key)
+    for tag in ("train/loss", "eval/loss", "eval/gen_rougeL"):
       (cell_steps, in_cell), (alone_steps, alone) = scalars(root / "cell" / name, tag), scalars(root / "alone" / name, tag)
       assert cell_steps.tolist() == alone_steps.tolist() and len(cell_steps) >= 3
       np.testing.assert_allclose(in_cell, alone, rtol=1e-5, err_msg=f"{name} {tag}")
@@ -124,7 +128,9 @@ def test_each_trial_of_a_cell_is_a_run_of_its_own(keys, experiment, env, tmp_pat
   saved = lambda d: sorted(int(p.name) for p in (d / "checkpoints").iterdir())
   assert saved(run) == saved(root / "alone" / NAMES[1]) and saved(run)[-2:] == [10, 20]
   nplace("eval", "--workdir", run, "--json", tmp_path / "eval.json", env=env)
-  assert json.loads((tmp_path / "eval.json").read_text())["val_loss"] == pytest.approx(summary.val_loss, rel=1e-6)
+  evaluated = json.loads((tmp_path / "eval.json").read_text())
+  assert evaluated["val_loss"] == pytest.approx(summary.val_loss, rel=1e-6)
+  assert evaluated["gen_rougeL"] == pytest.approx(summary.gen_rougeL, rel=1e-6)  # its own dt (0.1) alone
   similarity = {name: scalars(root / "cell" / name, "probe/similarity/layer_002") for name in NAMES}
   assert all(s[0].tolist() == [0, 10, 20] for s in similarity.values())
   assert len({float(s[1][-1]) for s in similarity.values()}) == 3  # each probed on its own slice

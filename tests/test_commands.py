@@ -86,12 +86,22 @@ def test_console_script_info_json_and_error():
   done = subprocess.run([nplace, "info", "--config", f"{GPT2}:124m,peri", "--json"],
                         capture_output=True, text=True, check=True, cwd=ROOT)
   info = json.loads(done.stdout)
-  assert info["params"] == 124_439_808 + 4 * 768 * 12 and info["placement"] == "peri"
+  # Peri-LN's 4 norms of 2d per layer, and its embedding norm
+  assert info["params"] == 124_439_808 + 4 * 768 * 12 + 2 * 768 and info["placement"] == "peri"
   assert {"params", "flops_per_token", "state_bytes"} <= info.keys()
   bad = subprocess.run([nplace, "info", "--config", f"{GPT2}:124m", "--config.model.placement=bogus"],
                        capture_output=True, text=True, cwd=ROOT)
   assert bad.returncode == 2 and "Traceback" not in bad.stderr
   assert [l for l in bad.stderr.splitlines() if "placement" in l] == [bad.stderr.strip().splitlines()[-1]]
+
+
+@pytest.mark.parametrize("config", ["tiny.py:peri", "deep48.py:peri", "gpt2.py:124m,peri",
+                                    "tiny.py:peri_no_embed_norm", "gpt2.py:124m,peri_no_embed_norm"])
+def test_peri_presets_carry_the_embedding_norm_and_the_block_alone_is_the_ablation(capsys, config):
+  code, out, _ = run_main(capsys, "info", "--config", str(ROOT / "experiments" / config), "--keys")
+  rows = {line.split()[0]: line.split()[1] for line in out.splitlines()}
+  assert code == 0 and rows["model.placement"] == "peri"
+  assert rows["model.embed_norm"] == str(not config.endswith("no_embed_norm"))
 
 
 def test_help_lists_every_command():

@@ -1,6 +1,14 @@
-"""The demo's closing table, including runs that diverged (no val loss)."""
+"""The demo's runs (Peri-LN with the embedding norm) and its closing table, including runs that
+diverged (no val loss)."""
 from nplace.commands import demo
+from nplace.config import experiment
 from nplace.train.summary import Summary
+
+
+def test_peri_runs_are_peri_ln_with_the_embedding_norm():
+  for name, (variant, _) in demo.RUNS.items():
+    model = experiment("tiny", variant).model
+    assert model.embed_norm == (model.placement == "peri") == name.startswith("peri"), name
 
 
 def test_table_rows_and_missing_values():

@@ -1,5 +1,7 @@
-"""`nplace eval` on a tiny trained run: the same numbers training logged, from the checkpoint's
-own config; per-step checkpoints; bad input in one line."""
+"""What the eval's text scores tell apart, on models made to differ: an untrained one, one that
+copies its input and the synthetic language's own rule; `nplace eval` on a tiny trained run: the
+same numbers training logged, from the checkpoint's own config; per-step checkpoints; bad input
+in one line."""
 import json
 import math
 import os
@@ -7,11 +9,18 @@ import pathlib
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from nplace.commands import main
+from nplace.data import prepare, synthetic
+from nplace.logs import events
+from nplace.train import evaluation, steps
 from nplace.train.loop import train
+from nplace.train.summary import Summary
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 
@@ -34,13 +43,87 @@ def eval_command(*args):
   return subprocess.run([NPLACE, "eval", *map(str, args)], env=env, capture_output=True, text=True, timeout=300)
 
 
+def copy_forward(vocab_size):
+  """A model that predicts its input token at every position."""
+  return lambda params, tokens_BT, dt: 10.0 * jax.nn.one_hot(tokens_BT, vocab_size)
+
+
+def language_forward(data, vocab_size):
+  """The synthetic language's own next-token law as a model: log p(next | key), the key being
+  the last token and the groups of the order - 1 before it (nplace/data/synthetic.py); before
+  position order - 1 the missing tokens count as token 0."""
+  chain = synthetic.build(data.synthetic_vocab, data.synthetic_order, data.synthetic_seed)
+  K, V = chain.succ_KM.shape[0], chain.vocab
+  p_KV = np.tile(synthetic.RESTART * chain.zipf_V, (K, 1))
+  np.add.at(p_KV, (np.arange(K)[:, None], chain.succ_KM), (1 - synthetic.RESTART) * chain.prob_KM)
+  log_p_KV = jnp.asarray(np.log(p_KV), jnp.float32)
+  group_V = jnp.asarray(chain.group_V)
+
+  def forward(params, tokens_BT, dt):
+    key_BT = tokens_BT
+    for back in range(1, chain.order):  # the token `back` positions earlier: digit back - 1 of the groups
+      earlier_BT = jnp.pad(tokens_BT, ((0, 0), (back, 0)))[:, :-back]
+      key_BT = key_BT + V * synthetic.GROUPS ** (back - 1) * group_V[earlier_BT]
+    return jnp.pad(log_p_KV[key_BT], ((0, 0), (0, 0), (0, vocab_size - V)), constant_values=-1e9)
+
+  return forward
+
+
+@pytest.fixture(scope="module")
+def scored(run):
+  """The eval's numbers, on the run's validation batches, of an untrained model (the run's own
+  step-0 evaluation), a copying one and the language itself."""
+  workdir, c, _ = run
+  logged = {tag: series for tag, series in events.read_scalars(workdir).items() if tag.startswith("eval/")}
+  assert all(steps_logged[0] == 0 for steps_logged, _ in logged.values())
+  scores = {"untrained": {tag.removeprefix("eval/"): float(values[0]) for tag, (_, values) in logged.items()}}
+  for name, forward in (("copy", copy_forward(c.model.vocab_size)),
+                        ("language", language_forward(c.data, c.model.vocab_size))):
+    evaluate = evaluation.Evaluator(c, jax.jit(steps.make_eval_step(c, forward)), lambda b: b,
+                                    c.train.batch_size, active=True)
+    scores[name] = evaluate(params=None)  # these models have no parameters
+  return scores
+
+
+def test_an_untrained_model_scores_high_teacher_forced_and_low_generated(scored):
+  # its argmax is mostly its own input token, one position off the target: ROUGE's overlap forgives that
+  untrained = scored["untrained"]
+  assert untrained["teacher_forced_rougeL"] > 0.6 and untrained["gen_rougeL"] < 0.5, untrained
+
+
+def test_a_model_that_copies_its_input_scores_the_copy_baseline_and_generates_nothing_right(scored):
+  copy = scored["copy"]
+  for n in ("1", "2", "L"):
+    assert copy[f"teacher_forced_rouge{n}"] == copy[f"copy_rouge{n}"], n
+  assert copy["copy_rougeL"] > 0.9 and copy["gen_rougeL"] < 0.2, copy
+
+
+def test_the_language_itself_beats_both_on_generated_rouge_but_not_teacher_forced(scored, run):
+  _, c, _ = run
+  language = scored["language"]
+  # it is the language's law: its loss is the entropy rate (but for the first token's missing context)
+  entropy_rate = prepare.read_meta(prepare.prepared_dir(c.data))["entropy_rate"]
+  assert language["loss"] == pytest.approx(entropy_rate, abs=0.3)
+  assert language["gen_rougeL"] > 3 * max(scored["untrained"]["gen_rougeL"], scored["copy"]["gen_rougeL"], 0.02)
+  assert language["gen_rouge1"] > max(scored["untrained"]["gen_rouge1"], scored["copy"]["gen_rouge1"])
+  # what the copy baseline is there for: teacher-forced ROUGE ranks copying above knowing the language
+  assert language["teacher_forced_rougeL"] < scored["copy"]["teacher_forced_rougeL"]
+
+
 def test_training_summary_holds_the_eval_numbers(run):
-  _, _, summary = run
+  workdir, _, summary = run
+  assert Summary.read(workdir / "summary.json") == summary
   assert summary.rouge_text == "token ids"
   assert summary.val_perplexity >= summary.val_perplexity_of_mean_loss  # Jensen
   assert summary.val_perplexity_of_mean_loss == pytest.approx(math.exp(summary.val_loss))
-  assert all(0 <= getattr(summary, k) <= 1 for k in ("rouge1", "rouge2", "rougeL"))
-  assert summary.bertscore_f1 is None and summary.skipped_steps == 0
+  assert all(0 <= getattr(summary, k) <= 1 for k in ("rouge1", "rouge2", "rougeL", "copy_rouge1", "gen_rouge1"))
+  assert summary.copy_rougeL > 0.9 and summary.gen_rougeL < 0.5  # 4 steps: it copies, and generates nothing right
+  assert summary.gen_decoding == "greedy, prompt 8 tokens, 8 generated, 8 sequences"  # 4 of each batch
+  assert summary.bertscore_f1 is None and summary.gen_bertscore_f1 is None and summary.skipped_steps == 0
+  acc = event_accumulator.EventAccumulator(str(workdir), size_guidance={"scalars": 0})
+  acc.Reload()
+  tags = set(acc.Tags()["scalars"])
+  assert {"eval/teacher_forced_rougeL", "eval/copy_rougeL", "eval/gen_rougeL"} <= tags and "eval/rougeL" not in tags
 
 
 def test_eval_command_reproduces_training_eval_from_the_checkpoint_config(run, tmp_path):
@@ -48,8 +131,9 @@ def test_eval_command_reproduces_training_eval_from_the_checkpoint_config(run, t
   done = eval_command("--workdir", workdir, "--json", tmp_path / "eval.json")
   assert done.returncode == 0, done.stderr
   out = json.loads((tmp_path / "eval.json").read_text())
-  assert out["step"] == 4 and out["rouge_text"] == "token ids"
-  for key in ("val_loss", "val_perplexity", "val_perplexity_of_mean_loss", "rouge1", "rouge2", "rougeL"):
+  assert out["step"] == 4 and out["rouge_text"] == "token ids" and out["gen_decoding"] == summary.gen_decoding
+  for key in ("val_loss", "val_perplexity", "val_perplexity_of_mean_loss", "rouge1", "rouge2", "rougeL",
+              "copy_rougeL", "gen_rouge1", "gen_rouge2", "gen_rougeL"):
     assert out[key] == pytest.approx(getattr(summary, key), rel=1e-5), key
     assert key in done.stdout
   assert "eval: BERTScore off" in done.stdout
@@ -68,6 +152,7 @@ def test_eval_command_at_a_step_with_an_overriding_config(run, tmp_path, capsys)
   assert code == 0, capsys.readouterr().err
   out = json.loads((tmp_path / "eval.json").read_text())
   assert out["step"] == 2 and out["rouge_text"] is None and "rouge1" not in out
+  assert out["gen_decoding"] is None and "gen_rouge1" not in out  # nothing to score a continuation with
   assert out["val_perplexity"] == pytest.approx(logged[2], rel=1e-5)
 
 
@@ -82,6 +167,14 @@ def test_eval_overrides_apply_to_the_checkpoint_config(run, tmp_path, capsys):
   assert main.main(["eval", "--workdir", str(workdir), "--config.no.such=1"]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "--config.no.such=1" in err, err
+
+
+@pytest.mark.parametrize("override", ["--config.eval.generate=-1", "--config.data.seq_len=1"])
+def test_a_bad_eval_generate_is_one_line(run, capsys, override):
+  workdir, _, _ = run  # seq_len 1: no half a sequence to prompt with
+  assert main.main(["eval", "--workdir", str(workdir), override]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "eval.generate" in err, err
 
 
 def test_eval_without_checkpoints_is_one_line(tmp_path, capsys):

@@ -1,4 +1,5 @@
 """LR sensitivity (Wortsman et al. 2023) by hand, and measured from constructed trials."""
+import dataclasses
 import math
 
 import pytest
@@ -75,7 +76,6 @@ def test_measures_classify_by_the_protocols_outcome_rules_and_arms():
   """A run that blew up above its loss at init before learning (7 -> 11 nats) and ended at 6.5:
   `did_not_learn` under rules 1, `diverged` under a protocol declaring rules 2; a protocol's
   own arms (here with weight decay) are the ones `results.arms` hands the measures."""
-  import dataclasses
   from nplace.studies import results
   blown = Trial("pre,blown", {"model.placement": "pre", "optim.lr": 1.0, "seed": 0},
                 Summary(val_loss=6.5, frequency_loss=FREQ, entropy_rate=RATE, step=100),
@@ -87,3 +87,66 @@ def test_measures_classify_by_the_protocols_outcome_rules_and_arms():
   own = {"Pre, no weight decay": {"model.placement": "pre", "optim.weight_decay": 0.0}}
   assert results.arms(module, PROTOCOL) is ARMS
   assert results.arms(module, dataclasses.replace(PROTOCOL, arms=own)) is own
+
+
+RULES_2 = dataclasses.replace(PROTOCOL, outcome_rules=2,
+                              thresholds=PROTOCOL.thresholds + (Threshold("bracket_margin", 0.05, ""),))
+
+
+def sweep_trial(lr, seed, final, curve=None, steps=100):
+  """A rules-2 trial: every 10th step's loss (`curve` step -> loss, else 6 -> final), evaluated
+  at the half and at the end."""
+  curve = curve or {s: 6.0 - (6.0 - final) * s / steps for s in range(0, steps + 1, 10)}
+  summary = Summary(val_loss=final, frequency_loss=FREQ, entropy_rate=RATE, step=steps)
+  return Trial(f"pre,{lr},{seed}", {"model.placement": "pre", "optim.lr": lr, "seed": seed}, summary,
+               sorted(curve.items()), 10, VOCAB, val_loss=[(steps // 2, curve.get(steps // 2, final)), (steps, final)])
+
+
+def test_rules_2_measure_the_maximum_stable_rate_and_count_a_diverged_seed_as_the_cap():
+  # seed 0 learns up to 1e-2 and blows up for good at 1e-1; seed 1 learns at every rate
+  blown = {0: 6.0, 10: 5.0, 20: 12.0, 100: 6.2}
+  trials = [sweep_trial(1e-3, 0, 2.5), sweep_trial(1e-2, 0, 2.0), sweep_trial(1e-1, 0, 6.2, blown),
+            sweep_trial(1e-3, 1, 2.5), sweep_trial(1e-2, 1, 2.1), sweep_trial(1e-1, 1, 2.3)]
+  m = lr_sensitivity.Measures(RULES_2, ARMS, trials)
+  assert [t[5] for t in m.trials if t[3] == 1e-1] == [outcomes.DIVERGED, outcomes.LEARNED]
+  assert m.per_seed("max_stable_lr", "Pre", "as configured") == [2.0, 1.0]  # -log10 of 1e-2, 1e-1
+  lrs, means = m.mean_curve("Pre", "as configured")
+  assert means[-1] == pytest.approx((math.log(VOCAB) + 2.3) / 2)  # the diverged seed at ln V
+  assert m.best_lr("Pre", "as configured") == (1e-2, True)
+  assert not m.top_rate_fails("Pre", "as configured")
+  rules_1 = lr_sensitivity.Measures(PROTOCOL, ARMS, trials)
+  assert rules_1.mean_curve("Pre", "as configured")[1][-1] == pytest.approx((6.2 + 2.3) / 2)  # no divergence there
+
+
+def test_an_optimum_whose_neighbours_sit_within_the_margin_is_not_bracketed():
+  trials = [sweep_trial(lr, 0, loss) for lr, loss in ((1e-3, 2.52), (1e-2, 2.50), (1e-1, 2.8))]
+  assert lr_sensitivity.Measures(RULES_2, ARMS, trials).best_lr("Pre", "as configured") == (1e-2, False)
+  trials[0] = sweep_trial(1e-3, 0, 2.6)
+  assert lr_sensitivity.Measures(RULES_2, ARMS, trials).best_lr("Pre", "as configured") == (1e-2, True)
+
+
+def test_a_transient_blow_up_is_counted_beside_the_spikes_not_as_a_failure():
+  recovered = {0: 6.0, 10: 5.0, 20: 9.0, 30: 4.0, 100: 2.0}
+  m = lr_sensitivity.Measures(RULES_2, ARMS, [sweep_trial(1e-1, 0, 2.0, recovered)])
+  assert m.trials[0][5] == outcomes.LEARNED
+  [found] = m.blow_ups("Pre", "as configured")
+  assert (found.step, found.peak, found.recovered) == (20, 3.0, True)
+  assert outcomes.spikes(m.trials[0][4].loss, 10, 1.0, rules=2) == []  # above init: a blow-up, not a spike
+
+
+def test_a_horizon_measures_the_trials_as_they_stood_then():
+  # learned by the end, but at the half its validation loss was still at the frequency loss
+  late = sweep_trial(1e-2, 0, 2.0, {s: 6.0 if s <= 50 else 2.0 for s in range(0, 101, 10)})
+  late.val_loss = [(50, FREQ), (100, 2.0)]
+  half = lr_sensitivity.Measures(RULES_2, ARMS, [late], horizon=0.5)
+  assert half.trials[0][4].summary.val_loss == FREQ and half.trials[0][4].loss[-1] == (50, 6.0)
+  assert half.trials[0][5] == outcomes.DID_NOT_LEARN
+  assert lr_sensitivity.Measures(RULES_2, ARMS, [late]).trials[0][5] == outcomes.LEARNED
+  stopped = dataclasses.replace(late, summary=dataclasses.replace(late.summary, status="diverged", diverged_at=80))
+  assert lr_sensitivity.Measures(RULES_2, ARMS, [stopped], horizon=0.5).trials[0][4].summary.status == "completed"
+
+
+def test_the_trials_of_the_grid_not_yet_filed_are_counted_per_shape():
+  trials = [trial("pre", 1e-3, 0, 2.0), trial("peri", 1e-3, 0, 2.0)]
+  expected = [t.overrides for t in trials] + [{**trials[0].overrides, "model.n_layer": 12, "seed": s} for s in (0, 1)]
+  assert lr_sensitivity.Measures(PROTOCOL, ARMS, trials, expected=expected).missing == {"depth 12": 2}

@@ -98,3 +98,42 @@ def test_welch_t_intervals_match_scipy_and_a_bootstrap_of_3_seeds_is_their_range
   boot = dataclasses.replace(PROTOCOL, bootstrap_resamples=2000)
   _, low, high = p.mean_interval([0.259, 0.150, 0.064], boot, np.random.default_rng(0))
   assert (low, high) == pytest.approx((0.064, 0.259))
+
+
+def test_protocol_2_judges_divergence_counts_by_fishers_exact_test():
+  fisher = dataclasses.replace(PROTOCOL, thresholds=PROTOCOL.thresholds + (p.Threshold("failure_p", 0.05, ""),))
+  from scipy import stats
+  for diverged, expected in (((0, 5), p.REPRODUCED), ((0, 3), p.NOT_REPRODUCED), ((2, 6), p.NOT_REPRODUCED)):
+    [verdict] = [v for v in p.judge(fisher, fake(0.5, 0.0, diverged)) if v.claim.id == "diverges"]
+    p_value = stats.fisher_exact([[diverged[1], 15 - diverged[1]], [diverged[0], 15 - diverged[0]]],
+                                 alternative="greater").pvalue
+    assert verdict.verdict == expected and (p_value < 0.05) == (expected == p.REPRODUCED)
+    assert f"p = {p_value:.3g}" in verdict.would_change
+  # protocol 1 (no failure_p): the raw counts, 3 against 0 is enough
+  assert verdicts(fake(0.5, 0.0, (0, 3)))["diverges"] == p.REPRODUCED
+
+
+def test_the_maximum_stable_rate_is_judged_in_decades_against_min_lr_gap():
+  gap = dataclasses.replace(PROTOCOL, claims=(p.Claim("higher", "B learns at higher rates", "max_stable_lr", "B", "W"),),
+                            thresholds=PROTOCOL.thresholds + (p.Threshold("min_lr_gap", 0.25, ""),))
+  values = {("max_stable_lr", "B", s): [1.0, 1.0, 1.5] for s in Fake.shapes}  # -log10: 1e-1, 1e-1, 10^-1.5
+  values |= {("max_stable_lr", "W", s): [2.0, 2.5, 2.0] for s in Fake.shapes}
+  [verdict] = p.judge(gap, Fake(values, {}))
+  assert verdict.verdict == p.REPRODUCED and verdict.effects[0].what == "worse − better, decades"
+  values["max_stable_lr", "W", "large"] = [1.0, 1.5, 1.0]  # within the gap in one shape
+  assert p.judge(gap, Fake(values, {}))[0].verdict == p.NOT_REPRODUCED
+  values["max_stable_lr", "W", "large"] = [2.0, None, 2.0]  # a seed that learned at no rate
+  assert p.judge(gap, Fake(values, {}))[0].verdict == p.NOT_TESTABLE
+
+
+def test_a_claim_with_fewer_seeds_than_declared_or_a_grid_part_missing_is_not_testable():
+  short = fake(0.5, -0.05)
+  for shape in Fake.shapes:
+    for arm in "BW":
+      short.values["lr_sensitivity", arm, shape] = short.values["lr_sensitivity", arm, shape][:2]
+  assert verdicts(short)["flatter"] == p.NOT_TESTABLE  # 2 seeds, the protocol declares 3
+  partial = fake(0.5, -0.05)
+  partial.missing = {"depth 12": 175}
+  found = {v.claim.id: v for v in p.judge(PROTOCOL, partial)}
+  assert {v.verdict for v in found.values()} == {p.NOT_TESTABLE}
+  assert "depth 12 (175 trials)" in found["flatter"].would_change and "finished ones: reproduced" in found["flatter"].would_change

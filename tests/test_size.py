@@ -11,9 +11,11 @@ GPT2_PARAMS = {"124m": 124_439_808, "350m": 354_823_168, "774m": 774_030_080, "1
 def test_gpt2_parameter_counts(size):
   pre = model_info(experiment("gpt2", size))
   assert pre["params"] == GPT2_PARAMS[size]
-  peri = experiment("gpt2", f"{size},peri")
-  d, L = peri.model.d_model, peri.model.n_layer
-  assert model_info(peri)["params"] == GPT2_PARAMS[size] + 4 * d * L
+  block = experiment("gpt2", f"{size},peri_no_embed_norm")
+  d, L = block.model.d_model, block.model.n_layer
+  assert model_info(block)["params"] == GPT2_PARAMS[size] + 4 * d * L
+  # Peri-LN proper adds the embedding norm's gain and bias.
+  assert model_info(experiment("gpt2", f"{size},peri"))["params"] == GPT2_PARAMS[size] + 4 * d * L + 2 * d
   # Post-LN has no final norm (its last op is already a norm): 2d fewer.
   assert model_info(experiment("gpt2", f"{size},post"))["params"] == GPT2_PARAMS[size] - 2 * d
 
@@ -29,8 +31,8 @@ def test_rmsnorm_and_swiglu_change_counts():
   c = experiment("gpt2", "124m,peri")
   c.model.norm = "rmsnorm"
   d, L = 768, 12
-  # RMSNorm drops every norm's bias: 4 norms per layer + the final one, d each.
-  assert model_info(c)["params"] == GPT2_PARAMS["124m"] + 4 * d * L - (4 * L + 1) * d
+  # RMSNorm drops every norm's bias: 4 norms per layer, the embedding's and the final one, d each.
+  assert model_info(c)["params"] == GPT2_PARAMS["124m"] + 4 * d * L + 2 * d - (4 * L + 2) * d
   c = experiment("gpt2", "124m")
   c.model.mlp = "swiglu"
   assert model_info(c)["params"] == GPT2_PARAMS["124m"] + L * (d * 4 * d + 4 * d)

@@ -1,5 +1,6 @@
 """summary.json's schema: written whole, read back strictly (a field too many or too few is a
-one-line error naming the file and the field), eval results filed under their names."""
+one-line error naming the file and the field, but for fields added since summaries were filed),
+eval results filed under their names."""
 import dataclasses
 import json
 
@@ -28,6 +29,22 @@ def test_a_file_off_the_schema_is_one_line_naming_it(tmp_path, change, needle):
   assert needle in str(error.value) and str(path) in str(error.value) and "\n" not in str(error.value)
 
 
+def test_a_summary_filed_before_fields_were_added_reads_them_as_none(tmp_path):
+  added = {f.name for f in dataclasses.fields(Summary) if f.metadata["since"]}
+  assert {"copy_rougeL", "gen_rougeL", "gen_decoding", "gen_bertscore_f1"} <= added
+  assert not added & {"rouge1", "rougeL", "val_loss", "bertscore_f1"}  # the original fields stay required
+  filed = Summary(step=300, val_loss=3.5, rougeL=0.33, copy_rougeL=0.9, gen_rougeL=0.1, gen_decoding="greedy")
+  old = {name: value for name, value in filed.to_dict().items() if name not in added}
+  path = tmp_path / "summary.json"
+  path.write_text(json.dumps(old))
+  read = Summary.read(path)
+  assert (read.step, read.val_loss, read.rougeL) == (300, 3.5, 0.33)
+  assert all(getattr(read, name) is None for name in added)
+  path.write_text(json.dumps(old | {"gen_rougeX": 0.1}))  # unknown is still an error
+  with pytest.raises(SummaryError, match="unknown summary field 'gen_rougeX'"):
+    Summary.read(path)
+
+
 def test_not_json_is_a_summary_error(tmp_path):
   (tmp_path / "summary.json").write_text('{"status": ')
   with pytest.raises(SummaryError, match="summary.json"):
@@ -35,12 +52,13 @@ def test_not_json_is_a_summary_error(tmp_path):
 
 
 def test_eval_results_are_filed_under_their_summary_names():
-  results = {"loss": 2.5, "perplexity": 13.0, "perplexity_of_mean_loss": 12.2, "rouge1": 0.4}
+  results = {"loss": 2.5, "perplexity": 13.0, "perplexity_of_mean_loss": 12.2, "teacher_forced_rouge1": 0.4,
+             "copy_rouge1": 0.9, "gen_rouge1": 0.1}
   assert eval_fields(results) == {"val_loss": 2.5, "val_perplexity": 13.0, "val_perplexity_of_mean_loss": 12.2,
-                                  "rouge1": 0.4}
+                                  "rouge1": 0.4, "copy_rouge1": 0.9, "gen_rouge1": 0.1}
   s = Summary()
   s.file_eval(results)
-  assert (s.val_loss, s.val_perplexity, s.rouge1, s.rouge2) == (2.5, 13.0, 0.4, None)
+  assert (s.val_loss, s.val_perplexity, s.rouge1, s.rouge2, s.gen_rouge1) == (2.5, 13.0, 0.4, None, 0.1)
 
 
 def test_the_counters_are_what_a_resume_carries_over():

@@ -1,10 +1,15 @@
 """results/README.md is exactly what `nplace report --results results/` makes of the committed
 results: nothing on the page was typed by hand."""
+import json
+import math
 import pathlib
 import re
 import shutil
 
+from nplace.studies import grid
 from nplace.studies.report import verdicts
+from nplace.studies.results import Trial
+from nplace.train.summary import Summary
 
 RESULTS = pathlib.Path(__file__).resolve().parent.parent / "results"
 
@@ -21,3 +26,77 @@ def test_the_committed_results_page_is_its_regeneration(tmp_path):
   shown = re.findall(r"!\[[^\]]*\]\((figures/[^)]+)\)", committed)
   assert shown and sorted(shown) == sorted(f"figures/{p.name}" for p in (copy / "figures").iterdir())
   assert all((RESULTS / figure).is_file() for figure in shown)
+
+
+
+def _constructed_trial(overrides: dict, steps=1000, vocab=512, freq=4.48, rate=1.45):
+  """A protocol-2 trial whose fate follows its rate: Pre-LN learns below 10^-0.5 and from there
+  blows up above init for good (diverged); Peri-LN learns below 1 and at 1 stays near the
+  frequency loss (did not learn)."""
+  lr, seed = overrides["optim.lr"], overrides["seed"]
+  pre = overrides["model.placement"] == "pre"
+  fails = lr >= (10 ** -0.5 if pre else 1.0)
+  final = (4.4 if fails else 2.0 + 0.3 * abs(math.log10(lr) + 2)) + 0.01 * seed
+  loss = [(s, 6.3 - (6.3 - final) * min(1.0, s / 500)) for s in range(0, steps + 1, 10)]
+  if fails and pre:
+    loss, final = [(s, 6.3 if s < 60 else 7.5) for s, _ in loss], 7.4
+  val = [(s, final if fails and pre else dict(loss)[s]) for s in range(0, steps + 1, steps // 4)]
+  summary = Summary(val_loss=final, frequency_loss=freq, entropy_rate=rate, step=steps)
+  return Trial(",".join(f"{k}={v}" for k, v in overrides.items()), overrides, summary, loss, 50, vocab, val_loss=val)
+
+
+def test_a_protocol_2_study_run_in_part_is_judged_at_every_horizon_and_says_what_is_missing(tmp_path):
+  """Study A's protocol 2 on constructed trials of its first shape only: the page names the
+  missing part, gives every claim `not testable` with what the finished part shows, a horizon
+  table, each seed's maximum stable rate and the failure region."""
+  from nplace.studies import grid
+  study = tmp_path / "results" / "stability_cpu"
+  study.mkdir(parents=True)
+  (study / "grid.json").write_text(json.dumps({"config": "experiments/stability.py:cpu"}))
+  sweep = grid.load_module(RESULTS.parent / "experiments" / "stability.py").get_sweep("cpu")
+  trials = [_constructed_trial(o) for o in sweep if o["model.n_layer"] == 6]
+  (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
+  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  assert "## stability, protocol v2" in page and "Welch t-intervals over the 5 seeds" in page
+  assert "**Partly run**: not yet filed: depth 12, width 32 (175 trials)" in page
+  verdict_rows = [line for line in page.splitlines() if "(`pre_diverges_more`)" in line]
+  assert verdict_rows and "**not testable at this tier**" in verdict_rows[0]
+  assert "finished ones: reproduced" in verdict_rows[0]  # 25 Pre-LN trials diverged, no Peri-LN one
+  assert "| claim | 0.25 of the run | 0.5 of the run | the end |" in page
+  row = next(line for line in page.splitlines() if line.startswith("| depth 6, width 32 | Pre-LN |"))
+  assert "| 0.1, 0.1, 0.1, 0.1, 0.1 |" in row and "| 10 / 0 of 35 |" in row and row.endswith("| yes |")
+  peri = next(line for line in page.splitlines() if line.startswith("| depth 6, width 32 | Peri-LN |"))
+  assert "| 0.32, 0.32, 0.32, 0.32, 0.32 |" in peri and "| 0 / 5 of 35 |" in peri
+
+
+def _growth_trial(overrides: dict, steps=1000):
+  """A protocol-2 growth trial: the top layer's mean |h| grows above its init value 1 by
+  0.05 e^(0.05 D) for Pre-LN and by 0.2 D for Peri-LN, seeds 2% apart; variance its square."""
+  depth, seed = overrides["model.n_layer"], overrides["seed"]
+  grown = (0.05 * math.exp(0.05 * depth) if overrides["model.placement"] == "pre" else 0.2 * depth) * (1 + 0.02 * seed)
+  at = {s: 1 + grown * s / steps for s in range(0, steps + 1, steps // 4)}
+  probes = {name: {"steps": list(at), "values": [[0.5, f(v)] for v in at.values()]}
+            for name, f in (("mean_abs", lambda v: v), ("var_entry", lambda v: v * v), ("rms", lambda v: v),
+                            ("max_abs", lambda v: 10 * v))}
+  summary = Summary(val_loss=2.0, frequency_loss=4.48, entropy_rate=1.45, step=steps)
+  return Trial(grid.trial_name(overrides), overrides, summary, [(0, 6.2), (steps, 2.0)], 50, 512, probes)
+
+
+def test_a_protocol_2_growth_grid_is_judged_per_seed_and_a_missing_seed_is_not_testable(tmp_path):
+  study = tmp_path / "results" / "growth_cpu"
+  study.mkdir(parents=True)
+  (study / "grid.json").write_text(json.dumps({"config": "experiments/growth.py:cpu"}))
+  sweep = grid.load_module(RESULTS.parent / "experiments" / "growth.py").get_sweep("cpu")
+  trials = [_growth_trial(o) for o in sweep]
+  (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
+  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  rows = {claim: next(line for line in page.splitlines() if f"(`{claim}`)" in line)
+          for claim in ("pre_exponential", "peri_at_most_linear", "peri_variance_at_most_quadratic")}
+  assert "**reproduced**" in rows["pre_exponential"] and "**reproduced**" in rows["peri_at_most_linear"]
+  assert "**reproduced**" in rows["peri_variance_at_most_quadratic"]
+  assert "called exponential with probability 0.8 from r = 0.0148 per layer" in page
+  assert "| Peri-LN | 3: 0.14 ± 0.00 → 0.23 ± 0.00," in page  # (1 + 0.6 s) / (1 + 6) at s = 0, 1
+  (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials[1:]))  # one seed of one depth gone
+  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  assert "**not testable at this tier**" in next(line for line in page.splitlines() if "(`pre_exponential`)" in line)
+  assert "**Partly run**: not yet filed: Pre-LN (1 trials)" in page

@@ -210,6 +210,43 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None,
 
 
 @styled
+def sweep(arms, xlabel, ylabel, cap: float, hlines=None) -> Figure:
+  """A learning-rate sweep: per arm label -> {"mean": (x, y), "seeds": (x, y), "failed": (x, y),
+  "dashed": bool, "color": int}, its mean curve a line (dashed for `dashed` arms: the same
+  colour, another setting such as weight decay 0), each seed's loss a dot and each failed
+  trial a cross at its loss, or at `cap` (the loss at init, drawn dotted) where it diverged.
+  The rates at which every trial of every arm failed are shaded: the failure region."""
+  fig, ax = new_figure(top=MARGINS["top"] - LEGEND_ROW * (math.ceil(len(arms) / LEGEND_COLUMNS) - 1))
+  ax.set_xscale("log")
+  colors, handles, shown = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"], [], [np.array([cap])]
+  for label, arm in arms.items():
+    color = colors[arm["color"] % len(colors)]
+    x, y = arm["mean"]
+    handles += ax.plot(x, y, color=color, ls="--" if arm["dashed"] else "-", marker="o", ms=3.5, label=label)
+    for kind, marker in (("seeds", "."), ("failed", "x")):
+      px, py = arm[kind]
+      ax.plot(px, np.where(np.isfinite(py), py, cap), marker, color=color, ms=5 if kind == "failed" else 4,
+              alpha=0.6, ls="none")
+    shown += [np.asarray(y, np.float64), np.asarray(arm["seeds"][1], np.float64)]
+  rates = sorted({r for arm in arms.values() for r in np.concatenate([arm["seeds"][0], arm["failed"][0]])})
+  every_fails = [r for r in rates if all(r not in arm["seeds"][0] for arm in arms.values())]
+  if every_fails:
+    ax.axvspan(min(every_fails) / 10 ** 0.25, max(every_fails) * 10 ** 0.25, color="0.85", zorder=0)
+  ax.axhline(cap, color="0.4", ls=":", lw=1.2)
+  for label, y in (hlines or {}).items():
+    ax.axhline(y, color="0.4", ls="--", lw=1.2)
+    ax.annotate(label, (0.0, y), xycoords=ax.get_yaxis_transform(), xytext=(4, 2),
+                textcoords="offset points", ha="left", va="bottom", fontsize=9, color="0.3")
+    shown.append(np.array([y]))
+  set_ylim(ax, np.concatenate(shown), False)
+  ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(arms), LEGEND_COLUMNS),
+            fontsize=9, frameon=False, handlelength=1.8, columnspacing=1.0)
+  ax.set_xlabel(xlabel)
+  set_ylabel(ax, ylabel)
+  return fig
+
+
+@styled
 def dots(values, xlabel, vlines=None) -> Figure:
   """One row per label (top to bottom): each value a dot, their mean a bar; `vlines` label -> x
   drawn dashed and labelled along the line. For a few configurations' final losses side by side."""

@@ -128,3 +128,101 @@ def detectable_rate(depths, seeds: int, min_rise: float, log_noise: float, inter
   t = stats.t.ppf(0.5 + interval / 2, seeds - 1)
   low_N = noise_NS.mean(1) - t * noise_NS.std(1, ddof=1) / math.sqrt(seeds)
   return float(np.quantile((min_rise - low_N) / c, power))
+
+
+FLOAT16_MAX, BFLOAT16_MAX = 65504.0, 3.3895e38  # the largest finite values of the formats
+
+
+def growth_power(depths, growth) -> float:
+  """The least-squares exponent p of growth ~ a D^p (log-log); NaN with fewer than 3 depths or
+  a growth <= 0."""
+  growth = np.asarray(growth, float)
+  if len(growth) < 3 or not np.all(growth > 0):
+    return math.nan
+  return float(np.polyfit(np.log(np.asarray(depths, float)), np.log(growth), 1)[0])
+
+
+class SeedMeasures:
+  """Protocol 2's growth grid: per arm, depth and seed, the top layer's growth above init (the
+  value at the horizon's probe minus at init), fitted per seed and compared over the seeds
+  (experiments/growth.py, the rules under PROTOCOL). `expected`: the grid's trials' overrides,
+  so that a missing depth or seed leaves a claim not testable."""
+
+  SHAPE = "as configured"  # the claims hold in one setting here: no weight-decay axis
+
+  def __init__(self, protocol, arms: dict, trials, horizon: float = 1.0, expected=()):
+    self.protocol, self.horizon = protocol, horizon
+    self.points = {}  # arm -> {(depth, seed): trial}
+    for trial in trials:
+      arm = protocol_lib.arm_of(arms, trial.overrides)
+      if arm is not None and DEPTH in trial.overrides:
+        self.points.setdefault(arm, {})[(int(trial.overrides[DEPTH]), trial.overrides.get("seed"))] = trial
+    self.arms = [a for a in arms if a in self.points]
+    self.shapes = [self.SHAPE]
+    self.seeds = sorted({seed for points in self.points.values() for _, seed in points}, key=str)
+    self.depths = sorted({depth for points in self.points.values() for depth, _ in points})
+    self.missing = {}
+    for overrides in expected:
+      arm = protocol_lib.arm_of(arms, overrides)
+      if arm is not None and (int(overrides[DEPTH]), overrides.get("seed")) not in self.points.get(arm, {}):
+        self.missing[arm] = self.missing.get(arm, 0) + 1
+
+  def _probe_index(self, trial, quantity) -> int | None:
+    """The index of the probe at this horizon (the last probe at or before it)."""
+    steps = trial.probes[quantity]["steps"]
+    at = round(self.horizon * max(steps))
+    found = [i for i, s in enumerate(steps) if s <= at]
+    return found[-1] if found else None
+
+  def top(self, arm, depth, seed, quantity="mean_abs", when=None) -> float | None:
+    """The top layer's `quantity` at the horizon's probe (or at probe index `when`)."""
+    trial = self.points.get(arm, {}).get((depth, seed))
+    if trial is None or quantity not in trial.probes:
+      return None
+    index = self._probe_index(trial, quantity) if when is None else when
+    return None if index is None else float(trial.probes[quantity]["values"][index][-1])
+
+  def growth(self, arm, seed, quantity="mean_abs") -> tuple[list, list] | None:
+    """(depths, growth above init) of one seed over every depth of the grid; None if one is missing."""
+    values = [(self.top(arm, d, seed, quantity), self.top(arm, d, seed, quantity, when=0)) for d in self.depths]
+    if any(end is None or init is None for end, init in values):
+      return None
+    return self.depths, [end - init for end, init in values]
+
+  def per_seed(self, metric, arm) -> list[float]:
+    """The per-seed statistic of a claim's metric (NaN for a seed it is not defined for)."""
+    quantity = "var_entry" if metric == "variance_power_at_most_two" else "mean_abs"
+    values = []
+    for seed in self.seeds:
+      found = self.growth(arm, seed, quantity)
+      if found is None:
+        values.append(math.nan)
+      elif metric == "slope_rises":
+        values.append(slope_rise(*found))
+      else:
+        values.append(growth_power(*found))
+    return values
+
+  def verdict(self, claim, protocol) -> protocol_lib.Verdict:
+    values = self.per_seed(claim.metric, claim.worse)
+    rng = np.random.default_rng(protocol.bootstrap_seed)
+    if self.missing or len(values) < protocol.seeds or not np.all(np.isfinite(values)):
+      left = "; ".join(f"{arm}: {n} trials not filed" for arm, n in self.missing.items())
+      return protocol_lib.Verdict(claim, protocol_lib.NOT_TESTABLE, (), None,
+                                  left or f"every depth with all {protocol.seeds} seeds, growth above init > 0 "
+                                          "at every depth")
+    mean, low, high = protocol_lib.mean_interval(values, protocol, rng)
+    if claim.metric == "slope_rises":
+      bound = protocol.threshold("min_slope_rise")
+      effect = protocol_lib.Effect(self.SHAPE, mean, low, high, len(values), "slope rise, deep − shallow")
+      verdict = protocol_lib.REPRODUCED if low > bound else protocol_lib.NOT_REPRODUCED
+      change = f"the interval's low end {'below' if low > bound else 'above'} {bound:g}"
+    else:
+      bound = 2.0 if claim.metric == "variance_power_at_most_two" else 1.0
+      effect = protocol_lib.Effect(self.SHAPE, mean, low, high, len(values), "exponent p of D^p")
+      verdict = (protocol_lib.REPRODUCED if high <= bound + 1e-9 else  # exact D^bound fits it to rounding
+                 protocol_lib.NOT_REPRODUCED if low > bound else protocol_lib.NOT_TESTABLE)
+      change = (f"an interval reaching above {bound:g}" if verdict == protocol_lib.REPRODUCED else
+                f"an interval reaching {bound:g} or below" if verdict == protocol_lib.NOT_REPRODUCED else
+                f"more seeds: the interval straddles {bound:g}")
+    return protocol_lib.Verdict(claim, verdict, (effect,), None, change)

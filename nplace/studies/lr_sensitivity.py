@@ -12,8 +12,12 @@ caps at the frequency loss instead: how far above unigram statistics the sweep s
 
 `Measures` computes them per arm, model shape and seed from a study's committed trials, for
 nplace/studies/protocol.py's `judge`; a grid without a learning-rate sweep (one point per arm
-and seed) is measured by its `final_loss`.
+and seed) is measured by its `final_loss`. Under outcome rules 2 (study A's protocol 2,
+experiments/stability.py) it also measures each seed's maximum stable learning rate, counts
+a diverged seed as the cap in the mean curve, and measures the trials as they stood at an
+earlier `horizon` (a fraction of the run) from their filed evaluations and per-step losses.
 """
+import dataclasses
 import math
 
 import numpy as np
@@ -35,18 +39,37 @@ def shape_of(overrides: dict) -> str:
   return ", ".join(parts) or "as configured"
 
 
+def at_horizon(trial, step: int):
+  """The trial as it stood at `step`: its losses up to there, its evaluation there, and not
+  diverged if it diverged later. Its own object at or past its last step."""
+  if step >= trial.summary.step:
+    return trial
+  summary = trial.summary
+  diverged_later = summary.status == "diverged" and (summary.diverged_at or 0) > step
+  loss = [(s, v) for s, v in trial.loss if s <= step]
+  summary = dataclasses.replace(summary, step=step, val_loss=trial.val_loss_at(step),
+                                status="completed" if diverged_later else summary.status,
+                                train_loss=loss[-1][1] if loss else None)
+  return dataclasses.replace(trial, summary=summary, loss=loss)
+
+
 class Measures:
   """The trials of an LR-sensitivity grid, grouped by arm (ARMS: label -> model overrides),
   shape, seed and learning rate, classified under `protocol`."""
 
-  def __init__(self, protocol, arms: dict, trials):
-    self.protocol = protocol
+  def __init__(self, protocol, arms: dict, trials, horizon: float = 1.0, expected=()):
+    """`expected`: the grid's trials' overrides (grid.expand), so a grid run in part knows what
+    is missing; `horizon`: the fraction of the run (of the longest trial's steps) measured."""
+    self.protocol, self.horizon = protocol, horizon
     self.trials = []  # (arm, shape, seed, lr, trial, outcome)
     did_not_learn = protocol.threshold("did_not_learn")
+    trials = list(trials)
+    self.steps = max((t.summary.step for t in trials), default=0)
     for trial in trials:
       arm = protocol_lib.arm_of(arms, trial.overrides)
       if arm is None:
         continue
+      trial = at_horizon(trial, round(horizon * self.steps))
       outcome = outcomes.classify(trial.summary, trial.loss, trial.warmup, did_not_learn, protocol.outcome_rules)
       lr = trial.overrides.get(LR)
       self.trials.append((arm, shape_of(trial.overrides), trial.overrides.get(SEED),
@@ -56,6 +79,14 @@ class Measures:
     self.lrs = sorted({t[3] for t in self.trials}, key=lambda lr: -math.inf if lr is None else lr)
     self.swept = None not in self.lrs  # a learning-rate sweep, not one point per arm
     self.seeds = sorted({t[2] for t in self.trials}, key=str)
+    run = {(t[0], t[1], t[2], t[3]) for t in self.trials}
+    self.missing = {}  # shape -> trials of the grid not (yet) filed
+    for overrides in expected:
+      arm = protocol_lib.arm_of(arms, overrides)
+      lr = overrides.get(LR)
+      key = (arm, shape_of(overrides), overrides.get(SEED), None if lr is None else float(lr))
+      if arm is not None and key not in run:
+        self.missing[key[1]] = self.missing.get(key[1], 0) + 1
 
   def cell(self, arm, shape, seed, lr):
     return next((t for t in self.trials if t[:4] == (arm, shape, seed, lr)), None)
@@ -75,15 +106,27 @@ class Measures:
     trial = next(t[4] for t in self.trials if t[:2] == (arm, shape))
     return math.log(trial.vocab_size) if which == "init" else trial.summary.frequency_loss
 
+  def max_stable_lr(self, arm, shape, seed) -> float | None:
+    """The largest rate at which the seed's run learned; None if it learned at none (or a rate
+    of the grid is missing)."""
+    entries = [self.cell(arm, shape, seed, lr) for lr in self.lrs]
+    if None in entries:
+      return None
+    return max((e[3] for e in entries if e[5] == outcomes.LEARNED), default=None)
+
   def per_seed(self, metric: str, arm: str, shape: str) -> list[float | None]:
-    """lr_sensitivity | frequency_sensitivity | best_loss of each seed (a sweep), or
-    final_loss (one point per arm); a diverged run's loss is the loss at init."""
+    """lr_sensitivity | frequency_sensitivity | best_loss | max_stable_lr of each seed (a
+    sweep), or final_loss (one point per arm); a diverged run's loss is the loss at init.
+    max_stable_lr is compared as -log10(rate), so that lower is better like the others."""
     if (metric == "final_loss") == self.swept:
       raise ValueError(f"metric {metric!r} is not defined on {'a' if self.swept else 'no'} learning-rate sweep")
     values = []
     for seed in self.seeds:
       curve = self.curve(arm, shape, seed)
-      if curve is None:
+      if metric == "max_stable_lr":
+        rate = self.max_stable_lr(arm, shape, seed)
+        values.append(None if rate is None else -math.log10(rate))
+      elif curve is None:
         values.append(None)
       elif metric in ("best_loss", "final_loss"):
         finite = [x for x in curve if math.isfinite(x)]
@@ -92,10 +135,17 @@ class Measures:
         values.append(sensitivity(curve, self.cap(arm, shape, "init" if metric == "lr_sensitivity" else "frequency")))
     return values
 
-  def divergences(self, arm: str) -> tuple[int, int]:
-    """(diverged runs, runs) of the arm over the whole grid."""
-    mine = [t for t in self.trials if t[0] == arm]
+  def divergences(self, arm: str, shape: str | None = None) -> tuple[int, int]:
+    """(diverged runs, runs) of the arm over the whole grid (or one shape)."""
+    mine = [t for t in self.trials if t[0] == arm and shape in (None, t[1])]
     return sum(t[5] == outcomes.DIVERGED for t in mine), len(mine)
+
+  def blow_ups(self, arm: str, shape: str, lr: float | None = None) -> list:
+    """The transient blow-ups (outcome rules 2: above the loss at init, then recovered) of the
+    arm's runs in the shape (at one rate, or all)."""
+    found = [outcomes.blow_up(t[4].summary, t[4].loss, t[4].warmup) for t in self.trials
+             if t[:2] == (arm, shape) and lr in (None, t[3]) and t[5] != outcomes.DIVERGED]
+    return [b for b in found if b is not None and b.recovered]
 
   def counts(self, arm: str, shape: str, lr: float) -> dict:
     """Outcome class -> runs, over the seeds at one grid point."""
@@ -103,11 +153,33 @@ class Measures:
     return {c: found.count(c) for c in outcomes.CLASSES}
 
   def mean_curve(self, arm: str, shape: str) -> tuple[np.ndarray, np.ndarray]:
-    """(lrs, mean final loss over the seeds that stayed finite) for the figure and the best lr."""
+    """(lrs, mean final loss) for the figure and the best lr: over the seeds that stayed
+    finite (rules 1), or with a diverged seed counted as the cap ln V (rules 2), so a rate
+    where seeds diverged cannot be best."""
     lrs, means = [], []
+    cap = self.cap(arm, shape, "init") if self.protocol.outcome_rules >= 2 else None
     for lr in self.lrs:
       losses = [self.final_loss(t) for t in self.trials if t[:2] == (arm, shape) and t[3] == lr]
-      finite = [x for x in losses if math.isfinite(x)]
-      if finite:
-        lrs.append(lr), means.append(np.mean(finite))
+      kept = [x if math.isfinite(x) else cap for x in losses if math.isfinite(x) or cap is not None]
+      if kept:
+        lrs.append(lr), means.append(np.mean(kept))
     return np.array(lrs), np.array(means)
+
+  def best_lr(self, arm: str, shape: str) -> tuple[float | None, bool]:
+    """(the rate of the lowest mean loss, whether it is bracketed: inside the sweep, with the
+    mean loss at both neighbouring rates at least `bracket_margin` above it where the protocol
+    declares one)."""
+    lrs, means = self.mean_curve(arm, shape)
+    if not len(lrs):
+      return None, False
+    i = int(np.argmin(means))
+    if lrs[i] in (self.lrs[0], self.lrs[-1]) or i in (0, len(lrs) - 1):
+      return float(lrs[i]), False
+    margin = next((t.value for t in self.protocol.thresholds if t.name == "bracket_margin"), 0.0)
+    return float(lrs[i]), bool(min(means[i - 1], means[i + 1]) - means[i] >= margin)
+
+  def top_rate_fails(self, arm: str, shape: str) -> bool:
+    """Every run at the sweep's top rate failed (diverged or did not learn): the sweep reached
+    the arm's failure region."""
+    counts = self.counts(arm, shape, self.lrs[-1])
+    return sum(counts.values()) > 0 and counts[outcomes.LEARNED] == 0

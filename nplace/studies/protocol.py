@@ -138,7 +138,28 @@ def interval(better_S, worse_S, protocol: Protocol, rng) -> tuple[float, float, 
   return (mean, *bounds(diff_R, protocol))
 
 
-COMPARED = ("lr_sensitivity", "best_loss", "final_loss")  # per-seed values compared between arms
+COMPARED = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")  # per-seed values compared between arms
+# The threshold a compared metric's interval must clear, and its unit (max_stable_lr is per seed
+# -log10 of the rate, so worse - better is how many decades higher `better` still learns).
+MIN_EFFECT = {"max_stable_lr": ("min_lr_gap", "decades")}
+
+
+def _divergence_verdict(claim, protocol, measures) -> Verdict:
+  """Diverged-run counts over the grid. With `failure_p` declared (protocol 2): Fisher's exact
+  test, one-sided, that `worse` diverges more often; else (protocol 1) the raw counts."""
+  (b, b_runs), (w, w_runs) = measures.divergences(claim.better), measures.divergences(claim.worse)
+  if not b_runs or not w_runs:
+    return Verdict(claim, NOT_TESTABLE, (), (b, w), "runs of both arms")
+  if b == w == 0:
+    return Verdict(claim, NOT_TESTABLE, (), (b, w), "a tier at which some run diverges (no run of either arm did)")
+  if not any(t.name == "failure_p" for t in protocol.thresholds):
+    return Verdict(claim, REPRODUCED if w > b else NOT_REPRODUCED, (), (b, w),
+                   "more seeds: counts this small move with one run")
+  p = float(stats.fisher_exact([[w, w_runs - w], [b, b_runs - b]], alternative="greater").pvalue)
+  held = p < protocol.threshold("failure_p")
+  return Verdict(claim, REPRODUCED if held else NOT_REPRODUCED, (), (b, w),
+                 f"one-sided Fisher's exact p = {p:.3g} over {w_runs} and {b_runs} runs; "
+                 f"{'a p at or above' if held else 'a p below'} {protocol.threshold('failure_p'):g}")
 
 
 def judge(protocol: Protocol, measures) -> list[Verdict]:
@@ -151,42 +172,49 @@ def judge(protocol: Protocol, measures) -> list[Verdict]:
     if claim.metric not in COMPARED + ("divergences",):
       verdicts.append(measures.verdict(claim, protocol))
       continue
-    if claim.metric == "divergences":
-      (b, b_runs), (w, w_runs) = measures.divergences(claim.better), measures.divergences(claim.worse)
-      if not b_runs or not w_runs:
-        verdict, change = NOT_TESTABLE, "runs of both arms"
-      elif b == w == 0:
-        verdict, change = NOT_TESTABLE, "a tier at which some run diverges (no run of either arm did)"
-      else:
-        verdict = REPRODUCED if w > b else NOT_REPRODUCED
-        change = "more seeds: counts this small move with one run"
-      verdicts.append(Verdict(claim, verdict, (), (b, w), change))
+    missing = getattr(measures, "missing", {})
+    if missing:  # a grid run in part: what its finished shapes show, judged when all have landed
+      verdict = judge_one(claim, protocol, measures, rng)
+      left = ", ".join(f"{shape} ({n} trials)" for shape, n in missing.items())
+      verdicts.append(dataclasses.replace(verdict, verdict=NOT_TESTABLE,
+                                          would_change=f"the grid's remaining trials: {left}; "
+                                                       f"on the finished ones: {verdict.verdict}"))
       continue
-    min_effect = protocol.threshold("min_effect")
-    effects, complete = [], True
-    for shape in measures.shapes:
-      better = measures.per_seed(claim.metric, claim.better, shape)
-      worse = measures.per_seed(claim.metric, claim.worse, shape)
-      if not better or not worse or None in better or None in worse:
-        complete = False
-        continue
-      effects.append(Effect(shape, *interval(better, worse, protocol, rng), min(len(better), len(worse))))
-    if not complete or not effects:
-      verdicts.append(Verdict(claim, NOT_TESTABLE, tuple(effects), None,
-                              "every shape run at every learning rate and seed"))
-      continue
-    if claim.matches:  # better may be worse by less than min_effect: worse - better > -min_effect
-      held = [e.low > -min_effect for e in effects]
-    else:
-      held = [e.low > min_effect for e in effects]
-    verdict = REPRODUCED if all(held) else NOT_REPRODUCED
-    width = max(e.high - e.low for e in effects)
-    change = (f"an interval crossing {'-' if claim.matches else ''}{min_effect:g} in any shape "
-              if verdict == REPRODUCED else
-              f"intervals clear of {'-' if claim.matches else ''}{min_effect:g} in every shape ")
-    verdicts.append(Verdict(claim, verdict, tuple(effects), None,
-                            change + f"(widest interval now {width:.2f} nats, {effects[0].seeds} seeds)"))
+    verdicts.append(judge_one(claim, protocol, measures, rng))
   return verdicts
+
+
+def judge_one(claim: Claim, protocol: Protocol, measures, rng) -> Verdict:
+  """`judge`'s verdict on one claim of a compared metric or of divergence counts."""
+  if claim.metric == "divergences":
+    return _divergence_verdict(claim, protocol, measures)
+  threshold, unit = MIN_EFFECT.get(claim.metric, ("min_effect", "nats"))
+  min_effect = protocol.threshold(threshold)
+  effects, complete = [], True
+  for shape in measures.shapes:
+    better = measures.per_seed(claim.metric, claim.better, shape)
+    worse = measures.per_seed(claim.metric, claim.worse, shape)
+    if not better or not worse or None in better or None in worse or min(len(better), len(worse)) < protocol.seeds:
+      complete = False
+      continue
+    what = {"nats": Effect.what}.get(unit, f"worse − better, {unit}")
+    effects.append(Effect(shape, *interval(better, worse, protocol, rng), min(len(better), len(worse)), what))
+  if not complete or not effects:
+    return Verdict(claim, NOT_TESTABLE, tuple(effects), None,
+                   "every shape run at every learning rate and seed"
+                   + (" (a seed that learned at no rate has no maximum stable rate)"
+                      if claim.metric == "max_stable_lr" else ""))
+  if claim.matches:  # better may be worse by less than min_effect: worse - better > -min_effect
+    held = [e.low > -min_effect for e in effects]
+  else:
+    held = [e.low > min_effect for e in effects]
+  verdict = REPRODUCED if all(held) else NOT_REPRODUCED
+  width = max(e.high - e.low for e in effects)
+  change = (f"an interval crossing {'-' if claim.matches else ''}{min_effect:g} in any shape "
+            if verdict == REPRODUCED else
+            f"intervals clear of {'-' if claim.matches else ''}{min_effect:g} in every shape ")
+  return Verdict(claim, verdict, tuple(effects), None,
+                 change + f"(widest interval now {width:.2f} {unit}, {effects[0].seeds} seeds)")
 
 
 def sensitivity(protocol: Protocol, measures_for) -> list[tuple[str, float, list[str]]]:

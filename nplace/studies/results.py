@@ -2,8 +2,10 @@
 
 `results/NAME/grid.json` names the grid (`experiments/FILE.py:ARG`, relative to the repository);
 `results/NAME/trials.jsonl` holds one trial per line: its name, its overrides, its summary, the
-logged train loss `[[step, loss], ...]`, its warmup and vocabulary size, and for a probed run
-the probes the verdicts read (`PROBED`), per layer at every probed step. A few KB a trial.
+logged train loss `[[step, loss], ...]` (rounded to `DIGITS` decimals: every step's loss under
+`train.log_every=1`), the validation loss at every evaluation, its warmup and vocabulary size,
+and for a probed run the probes the verdicts read (`PROBED`), per layer at every probed step. A
+few KB a trial, ~15 KB at every step's loss.
 `results/NAME/NOTES.md`, where present, says which trials were rerun and why; the page prints it.
 """
 import dataclasses
@@ -17,6 +19,7 @@ from nplace.train.summary import Summary, SummaryError
 
 TRIALS, GRID = "trials.jsonl", "grid.json"
 NOTES = "NOTES.md"  # optional, written by hand when data is filed: what was rerun and why (export keeps it)
+DIGITS = 5  # decimals of a filed loss: 1e-5 nats is below every rule's resolution, and halves the file
 PROBED = ("mean_abs", "var_entry", "var_data", "rms", "max_abs",  # growth over depth
           "similarity", "similarity_centered", "grad_h", "norm_backward", "norm_in_backward")  # collapse
 
@@ -30,11 +33,17 @@ class Trial:
   warmup: int
   vocab_size: int
   probes: dict = dataclasses.field(default_factory=dict)  # name -> {"steps": [...], "values": [[per layer], ...]}
+  val_loss: list[tuple[int, float]] = dataclasses.field(default_factory=list)  # at every evaluation; [] if not filed
+
+  def val_loss_at(self, step: int) -> float | None:
+    """The validation loss of the evaluation at `step`; None where none was filed."""
+    return next((v for s, v in self.val_loss if s == step), None)
 
   def to_json(self) -> str:
     record = dataclasses.asdict(self)
     record["summary"] = self.summary.to_dict()
-    record["loss"] = [[int(s), float(v)] for s, v in self.loss]
+    record["loss"], record["val_loss"] = ([[int(s), round(float(v), DIGITS)] for s, v in series]
+                                          for series in (self.loss, self.val_loss))
     return json.dumps(record)
 
 
@@ -82,11 +91,13 @@ def export(sweep_dir, results_dir, config_of) -> Study:
   trials = []
   for run in runs_lib.finished(source.runs):
     config = config_of(run)
-    steps, values = runs_lib.scalars(run).get("train/loss", ((), ()))
+    scalars = runs_lib.scalars(run)
+    steps, values = scalars.get("train/loss", ((), ()))
     probes = {name: {"steps": [int(s) for s in h.steps], "values": [[float(v) for v in row] for row in h.values]}
               for name, h in runs_lib.probes(run).items() if name in PROBED and len(h.steps)}
     trials.append(Trial(run.name, run.overrides, run.summary, list(zip(steps, values)),
-                        config.optim.warmup_steps, config.model.vocab_size, probes))
+                        config.optim.warmup_steps, config.model.vocab_size, probes,
+                        list(zip(*scalars.get("eval/loss", ((), ()))))))
   if not trials:
     raise runs_lib.RunsError(f"{sweep_dir}: no finished trials to file")
   into = pathlib.Path(results_dir) / name_of(source.config)
@@ -109,7 +120,8 @@ def load(path) -> Study:
     try:
       record = json.loads(line)
       summary = Summary.from_dict(record.pop("summary"), where)
-      trials.append(Trial(summary=summary, **{**record, "loss": [tuple(p) for p in record["loss"]]}))
+      series = {k: [tuple(p) for p in record.get(k, [])] for k in ("loss", "val_loss")}
+      trials.append(Trial(summary=summary, **{**record, **series}))
     except (ValueError, KeyError, TypeError, SummaryError) as e:
       raise runs_lib.RunsError(f"{where}: {e}") from None
   return Study(path, config, trials)

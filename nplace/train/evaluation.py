@@ -1,6 +1,14 @@
 """Evaluation as in study A, during training and on a checkpoint (`nplace eval`): validation
-loss, perplexity both ways, ROUGE-1/2/L of the teacher-forced argmax predictions and, when
-configured, BERTScore (nplace/train/scores.py)."""
+loss, perplexity both ways and, scored with ROUGE-1/2/L and (when configured) BERTScore
+(nplace/train/scores.py):
+- `teacher_forced_*`: the argmax prediction at each position given the true tokens before it,
+  against the targets (the paper's number). An untrained model's argmax is mostly its own input
+  token, and ROUGE forgives the one-token shift, so these start high;
+- `copy_rouge*`: the input tokens themselves against the targets, the teacher-forced score of a
+  model that only copies (ROUGE only: the baseline the teacher-forced numbers must beat);
+- `gen_*`: greedy continuations of each sequence's first half against its second half
+  (eval.generate; `decoding` says how), where copying earns nothing.
+"""
 import jax
 import numpy as np
 
@@ -19,11 +27,22 @@ class Evaluator:
     self.decode, text = scores.text_decoder(config.data)
     self.rouge_text = text if config.eval.rouge else None  # what ROUGE compares
     self.bertscore_note = scores.bertscore_unavailable(config.eval.bertscore_model)
+    self.scored = bool(self.rouge_text) or not self.bertscore_note
+    self.decoding = None  # how the eval step's continuations are decoded (summary.gen_decoding)
+    if steps.generates(config) and self.scored:
+      T, sequences = config.data.seq_len, config.train.eval_batches * min(config.eval.generate, local_batch)
+      prompt = steps.prompt_length(T)
+      self.decoding = f"greedy, prompt {prompt} tokens, {T - prompt} generated, {sequences} sequences"
+    self._copy = None  # the copy baseline: the same validation batches at every evaluation
 
   def notes(self) -> list[str]:
     """What the scores are computed on, once per run."""
-    rouge = f"ROUGE on {self.rouge_text}" if self.rouge_text else "ROUGE off (eval.rouge=False)"
-    return [f"eval: {rouge}"] + ([f"eval: {self.bertscore_note}"] if self.bertscore_note else [])
+    rouge = (f"teacher-forced ROUGE on {self.rouge_text}, beside the copy baseline (the inputs as predictions)"
+             if self.rouge_text else "ROUGE off (eval.rouge=False)")
+    generation = (f"generated continuations: {self.decoding}" if self.decoding
+                  else "generation off (eval.generate=0, or nothing to score it with)")
+    return [f"eval: {rouge}", f"eval: {generation}"] + ([f"eval: {self.bertscore_note}"] if self.bertscore_note
+                                                        else [])
 
   def __call__(self, params) -> dict:
     return self.results(self.outputs(params))
@@ -38,23 +57,41 @@ class Evaluator:
     """name -> value from one run's outputs."""
     loss_B = np.concatenate([o["loss_B"] for o in outs])
     results = {"loss": float(loss_B.mean()), **scores.perplexities(loss_B)}
-    if self.active and (self.rouge_text or not self.bertscore_note):
-      pred = [self.decode(row) for o in outs for row in o["pred_BT"]]
-      target = [self.decode(row) for o in outs for row in o["target_BT"]]
-      if self.rouge_text:
-        results |= scores.rouge(pred, target)
-      if not self.bertscore_note:
-        results |= scores.bertscore(pred, target, self.config.eval.bertscore_model,
-                                    self.config.eval.bertscore_layers)
+    if not (self.active and self.scored):
+      return results
+
+    def texts(key, rows=None):
+      return [self.decode(row) for o in outs for row in o[key][:rows]]
+
+    target = texts("target_BT")
+    results |= self.text_scores("teacher_forced_", texts("pred_BT"), target)
+    if self.rouge_text:
+      if self._copy is None:
+        self._copy = {f"copy_{k}": v for k, v in scores.rouge(texts("input_BT"), target).items()}
+      results |= self._copy
+    if self.decoding:
+      generated = outs[0]["gen_BG"].shape[-1]
+      rows = outs[0]["gen_BG"].shape[0]  # the batches' first rows (eval.generate)
+      truth = [self.decode(row[-generated:]) for o in outs for row in o["input_BT"][:rows]]
+      results |= self.text_scores("gen_", texts("gen_BG"), truth)
     return results
+
+  def text_scores(self, prefix: str, predictions: list[str], targets: list[str]) -> dict:
+    """ROUGE and BERTScore, as configured, of `predictions` against `targets`, named `prefix`+score."""
+    out = scores.rouge(predictions, targets) if self.rouge_text else {}
+    if not self.bertscore_note:
+      out |= scores.bertscore(predictions, targets, self.config.eval.bertscore_model,
+                              self.config.eval.bertscore_layers)
+    return {prefix + name: value for name, value in out.items()}
 
 
 def evaluate_checkpoint(config, workdir, step=None) -> dict:
-  """The summary-named eval numbers of a checkpoint, on one device; plus `step`, `rouge_text`."""
+  """The summary-named eval numbers of a checkpoint, on one device; plus `step`, `rouge_text`
+  and `gen_decoding`."""
   params, step = checkpoint.restore_params(config, workdir, step)
   evaluator = Evaluator(config, jax.jit(steps.make_eval_step(config)), lambda b: b,
                         config.train.batch_size, active=True)
   for note in evaluator.notes():
     print(note, flush=True)
-  return {"step": int(step), "rouge_text": evaluator.rouge_text} | eval_fields(evaluator(params))
-
+  return ({"step": int(step), "rouge_text": evaluator.rouge_text, "gen_decoding": evaluator.decoding}
+          | eval_fields(evaluator(params)))

@@ -57,6 +57,16 @@ def checkpoint_hook(hooks, cell, logs):
   hooks.add(save, every=1, at_end=final)
 
 
+def _rouge_line(results: dict) -> str:
+  """The eval line's ROUGE-L: teacher-forced beside its copy baseline (a model that copies its
+  input scores it), and generated; empty with ROUGE off."""
+  if "teacher_forced_rougeL" not in results:
+    return ""
+  generated = f", generated {results['gen_rougeL']:.4f}" if "gen_rougeL" in results else ""
+  return (f"; ROUGE-L teacher-forced {results['teacher_forced_rougeL']:.4f} "
+          f"(copy baseline {results['copy_rougeL']:.4f}){generated}")
+
+
 def eval_hook(hooks, cell, evaluator, progress, references, every):
   """eval/* scalars and the summary's eval fields at step 0, every `every` steps and at the end
   of a completed run: one evaluation pass for all the cell's runs."""
@@ -66,10 +76,9 @@ def eval_hook(hooks, cell, evaluator, progress, references, every):
         continue
       r.writer.scalars(step, {f"eval/{name}": value for name, value in results.items()} | references)
       r.summary.file_eval(results)
-      rouge = f" rougeL {results['rougeL']:.4f}" if "rougeL" in results else ""
       who = f"{r.name}: " if cell.stacked else ""
       progress.message(f"{who}step {step} eval loss {results['loss']:.4f} perplexity {results['perplexity']:.3f}"
-                       f"{rouge} (frequency loss {references['data/frequency_loss']:.4f})")
+                       f"{_rouge_line(results)} (frequency loss {references['data/frequency_loss']:.4f})")
 
   def final(step, state):
     completed = lambda r: r.summary.status == "completed"

@@ -125,7 +125,7 @@ def _run(cell, meta, progress, is_main) -> None:
     if not start:
       run.writer.text("config", f"```\n{run.config.to_json_best_effort(indent=2)}\n```")
     run.summary = Summary(step=start, frequency_loss=meta["frequency_loss"], entropy_rate=meta.get("entropy_rate"),
-                          rouge_text=evaluator.rouge_text)
+                          rouge_text=evaluator.rouge_text, gen_decoding=evaluator.decoding)
     run.log = StepLog(run.config, run.writer, run.summary, config.train.batch_size * config.data.seq_len,
                       mfu_per_tps, run.workdir / "counters.json" if is_main else None)
     if start:

@@ -76,18 +76,57 @@ def make_cell_step(config, varying: tuple[str, ...]):
   return jax.vmap(step, in_axes=(0, 0, {key: 0 for key in varying}, 0), spmd_axis_name="trial")
 
 
-def make_eval_step(config):
-  """eval(params, batch, hyper={}) -> per-sequence token-mean losses `loss_B`, the teacher-forced
-  argmax predictions `pred_BT` and their targets `target_BT` (see nplace/train/evaluation.py);
-  `hyper` as the train step's (a cell's run is evaluated at its own `model.dt`)."""
+def generates(config) -> bool:
+  """Whether the eval step decodes continuations: eval.generate sequences a batch, and a score
+  to give them (ROUGE, or a BERTScore model)."""
+  e = config.eval
+  return bool(e.generate and (e.rouge or e.bertscore_model))
+
+
+def prompt_length(seq_len: int) -> int:
+  """Tokens of a validation sequence its generated continuation is prompted with: the first half."""
+  return seq_len // 2
+
+
+def greedy_continuation(logits_fn, tokens_BT, prompt: int):
+  """The greedy (argmax) continuation [B, T - prompt] of each row's first `prompt` tokens, to
+  the rows' length T. The model has no KV cache: each new token is a full forward over a fixed
+  [B, T] buffer (causal, so the slots not yet written do not reach position t - 1's logits),
+  T - prompt forwards in a lax loop, one program whatever T. Cheap at the CPU grids' sizes; at
+  seq_len 1024 it is hundreds of forwards per eval batch (eval.generate bounds the rows; 0 = off)."""
+  T = tokens_BT.shape[1]
+
+  def write_next(t, buffer_BT):
+    next_B = logits_fn(buffer_BT)[:, t - 1].argmax(-1)
+    return buffer_BT.at[:, t].set(next_B.astype(buffer_BT.dtype))
+
+  buffer_BT = jnp.where(jnp.arange(T) < prompt, tokens_BT, 0)
+  return jax.lax.fori_loop(prompt, T, write_next, buffer_BT)[:, prompt:]
+
+
+def make_eval_step(config, forward=None):
+  """eval(params, batch, hyper={}) -> per-sequence token-mean losses `loss_B`, the inputs
+  `input_BT`, the teacher-forced argmax predictions `pred_BT` and their targets `target_BT`,
+  and (when `generates(config)`) the greedy continuations `gen_BG` of the inputs' first halves
+  (see nplace/train/evaluation.py). `hyper` as the train step's: a cell's run is evaluated, and
+  generates, at its own `model.dt`. `forward(params, tokens_BT, dt) -> logits_BTV` stands in
+  for the model (tests score hand-made ones)."""
   cfg = ModelConfig.of(config.model)
+  forward = forward or (lambda params, tokens_BT, dt: decoder.apply(cfg, params, tokens_BT, dt=dt))
+  generate = generates(config)
 
   def evaluate(params, batch_BT1, hyper=None):
     dt = (hyper or {}).get("model.dt")
-    logits_BTV = decoder.apply(cfg, params, batch_BT1[:, :-1], dt=dt)
-    target_BT = batch_BT1[:, 1:]
+    input_BT, target_BT = batch_BT1[:, :-1], batch_BT1[:, 1:]
+    logits_BTV = forward(params, input_BT, dt)
     loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, target_BT).mean(-1)
-    return {"loss_B": loss_B, "pred_BT": logits_BTV.argmax(-1).astype(jnp.int32), "target_BT": target_BT}
+    out = {"loss_B": loss_B, "input_BT": input_BT, "pred_BT": logits_BTV.argmax(-1).astype(jnp.int32),
+           "target_BT": target_BT}
+    if generate:
+      # the first rows only: each generated token is a forward, and a few sequences a batch show it
+      out["gen_BG"] = greedy_continuation(lambda tokens_BT: forward(params, tokens_BT, dt),
+                                          input_BT[:config.eval.generate], prompt_length(input_BT.shape[1]))
+    return out
 
   return evaluate
 

@@ -1,7 +1,9 @@
 """A run's summary: what `nplace train` writes to WORKDIR/summary.json when a run ends
 (completed, diverged or preempted), and what the sweep, the report, the lab and the outcomes
 read back. One field per number, each with its one-line doc; a summary file with a field
-this schema lacks, or without one it has, is an error naming the file and the field.
+this schema lacks, or without one it has, is an error naming the file and the field, except a
+field added after summaries were filed (`since`, results/*/trials.jsonl hold such summaries),
+which reads as its default where absent.
 """
 import dataclasses
 import json
@@ -15,10 +17,16 @@ class SummaryError(ValueError):
   """A summary.json that does not match the schema (or is not JSON); one line."""
 
 
-def field(doc: str, default=None, counter: bool = False, eval_name: str | None = None):
+def field(doc: str, default=None, counter: bool = False, eval_name: str | None = None, since: str | None = None):
   """A summary field. `counter`: carried over a resume (saved with every checkpoint);
-  `eval_name`: the name an evaluation result has before it is filed here."""
-  return dataclasses.field(default=default, metadata={"doc": doc, "counter": counter, "eval_name": eval_name})
+  `eval_name`: the name an evaluation result has before it is filed here; `since`: the change
+  that added it after summaries had been filed (a summary without it reads it as `default`)."""
+  return dataclasses.field(default=default, metadata={"doc": doc, "counter": counter, "eval_name": eval_name,
+                                                      "since": since})
+
+
+# `since` of the fields added with the copy baseline and generation: summaries filed before lack them
+GENERATION = "the copy baseline and generated continuations (eval.generate)"
 
 
 @dataclasses.dataclass
@@ -41,12 +49,28 @@ class Summary:
   min_train_loss: float | None = field("lowest train loss after warmup", counter=True)
   max_loss_rebound: float | None = field("largest climb of the train loss above its running minimum, "
                                          "after warmup", counter=True)
-  rouge1: float | None = field("ROUGE-1 F of the teacher-forced argmax predictions")
-  rouge2: float | None = field("ROUGE-2 F")
-  rougeL: float | None = field("ROUGE-L F")
-  bertscore_p: float | None = field("BERTScore precision (eval.bertscore_model)")
-  bertscore_r: float | None = field("BERTScore recall")
-  bertscore_f1: float | None = field("BERTScore F1")
+  rouge1: float | None = field("teacher-forced ROUGE-1 F: the argmax prediction at each position, given the true "
+                               "tokens before it, against the targets (an untrained model scores near "
+                               "copy_rouge1)", eval_name="teacher_forced_rouge1")
+  rouge2: float | None = field("teacher-forced ROUGE-2 F", eval_name="teacher_forced_rouge2")
+  rougeL: float | None = field("teacher-forced ROUGE-L F", eval_name="teacher_forced_rougeL")
+  bertscore_p: float | None = field("teacher-forced BERTScore precision (eval.bertscore_model)",
+                                    eval_name="teacher_forced_bertscore_p")
+  bertscore_r: float | None = field("teacher-forced BERTScore recall", eval_name="teacher_forced_bertscore_r")
+  bertscore_f1: float | None = field("teacher-forced BERTScore F1", eval_name="teacher_forced_bertscore_f1")
+  copy_rouge1: float | None = field("ROUGE-1 F of the input tokens themselves against the targets: the "
+                                    "teacher-forced score of a model that copies its input", since=GENERATION)
+  copy_rouge2: float | None = field("copy baseline's ROUGE-2 F", since=GENERATION)
+  copy_rougeL: float | None = field("copy baseline's ROUGE-L F", since=GENERATION)
+  gen_decoding: str | None = field("how the gen_* continuations were decoded (greedy; prompt, generated and "
+                                   "sequence counts); None when off (eval.generate)", since=GENERATION)
+  gen_rouge1: float | None = field("ROUGE-1 F of the greedy continuation of each validation sequence's first "
+                                   "half against its second half", since=GENERATION)
+  gen_rouge2: float | None = field("generated ROUGE-2 F", since=GENERATION)
+  gen_rougeL: float | None = field("generated ROUGE-L F", since=GENERATION)
+  gen_bertscore_p: float | None = field("generated BERTScore precision (eval.bertscore_model)", since=GENERATION)
+  gen_bertscore_r: float | None = field("generated BERTScore recall", since=GENERATION)
+  gen_bertscore_f1: float | None = field("generated BERTScore F1", since=GENERATION)
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -57,16 +81,17 @@ class Summary:
 
   @classmethod
   def from_dict(cls, record: dict, where) -> "Summary":
-    """SummaryError naming `where` (a file) and the first field it lacks or has too many."""
-    names = [f.name for f in dataclasses.fields(cls)]
+    """SummaryError naming `where` (a file) and the first field it lacks or has too many; a
+    field added since summaries were filed (`since`) takes its default where absent."""
+    fields = dataclasses.fields(cls)
     if not isinstance(record, dict):
       raise SummaryError(f"{where}: a summary must be a JSON object")
     for name in record:
-      if name not in names:
+      if name not in {f.name for f in fields}:
         raise SummaryError(f"{where}: unknown summary field {name!r}")
-    for name in names:
-      if name not in record:
-        raise SummaryError(f"{where}: summary field {name!r} is missing")
+    for f in fields:
+      if f.name not in record and not f.metadata["since"]:
+        raise SummaryError(f"{where}: summary field {f.name!r} is missing")
     return cls(**record)
 
   @classmethod
@@ -88,7 +113,8 @@ class Summary:
 
 
 def eval_fields(results: dict) -> dict:
-  """An evaluation's results (loss, perplexity, rouge1, ...) under their summary field names."""
+  """An evaluation's results (loss, perplexity, teacher_forced_rouge1, ...) under their summary
+  field names."""
   names = {f.metadata["eval_name"] or f.name: f.name for f in dataclasses.fields(Summary)}
   return {names[name]: value for name, value in results.items()}
 

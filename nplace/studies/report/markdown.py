@@ -65,6 +65,13 @@ def spikes(found) -> str:
   return f"{len(found)} (max {max(s.size for s in found):.1f} nats, {sum(s.recovered for s in found)} recovered)"
 
 
+def blow_ups(found) -> str:
+  """Transient blow-ups (`outcomes.BlowUp`, recovered): `0`, or how many and the largest."""
+  if not found:
+    return "0"
+  return f"{len(found)} (max {max(b.peak for b in found):.1f} nats above init)"
+
+
 def mean_std(values, digits: int = 4) -> str:
   """`mean ± std` (sample std, in the mean's format) of the finite values; `(n=k)` when
   some were left out."""

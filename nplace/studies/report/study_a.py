@@ -3,9 +3,10 @@ each failure kind in its own column, and the final metrics as mean ± std over s
 from nplace.studies import outcomes
 from nplace.studies.report import generic, markdown, runs as runs_lib
 
-METRICS = (  # header, summary key
+METRICS = (  # header, summary key; teacher-forced ROUGE beside the copy baseline it must beat
     ("val loss", "val_loss"), ("val ppl", "val_perplexity"),
-    ("ROUGE-1", "rouge1"), ("ROUGE-2", "rouge2"), ("ROUGE-L", "rougeL"))
+    ("ROUGE-1 teacher-forced", "rouge1"), ("ROUGE-L teacher-forced", "rougeL"), ("ROUGE-L copy", "copy_rougeL"),
+    ("ROUGE-L generated", "gen_rougeL"))
 
 
 def seed_links(page, runs) -> str:
