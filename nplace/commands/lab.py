@@ -1,9 +1,11 @@
-"""The placement lab. `nplace lab PLACEMENT`: the placement's scorecard at init next to post,
-pre and peri: hidden-state growth, the block Jacobians' scale invariance, token similarity,
-the norms' backward factors, the gradient ratio and the end-to-end Jacobian, a score (how many
-orders of magnitude the model is off balance) and its stability prediction. The model is
---config (default experiments/placements.py: study A's CPU stress grid) made --depth blocks
-deep and --width wide, probed at init on a random batch.
+"""The placement lab. `nplace lab PLACEMENT`: the placement's scorecard next to post, pre and
+peri: the maximum stable learning rate predicted from Adam's preconditioned sharpness after a
+short warmup (the score is -log10 of it), the Hessian's sharpness at init, the product of the
+block Jacobians' norm bounds, and at init hidden-state growth, the block Jacobians' scale
+invariance, token similarity, the norms' backward factors, the gradient ratio and the
+end-to-end Jacobian. The model is --config (default experiments/placements.py: study A's CPU
+stress grid) made --depth blocks deep and --width wide, probed at init on a random batch, warmed
+up on the config's own training batches, its curvature taken on the data's validation rows.
 
 `nplace lab --rank RESULTS/STUDY` (a committed learning-rate sweep, e.g. results/stability_v1_cpu):
 every configuration and seed scored at its trained depth, width and init, ranked against its

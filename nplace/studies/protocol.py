@@ -172,16 +172,18 @@ def judge(protocol: Protocol, measures) -> list[Verdict]:
     if claim.metric not in COMPARED + ("divergences",):
       verdicts.append(measures.verdict(claim, protocol))
       continue
-    missing = getattr(measures, "missing", {})
-    if missing:  # a grid run in part: what its finished shapes show, judged when all have landed
-      verdict = judge_one(claim, protocol, measures, rng)
-      left = ", ".join(f"{shape} ({n} trials)" for shape, n in missing.items())
-      verdicts.append(dataclasses.replace(verdict, verdict=NOT_TESTABLE,
-                                          would_change=f"the grid's remaining trials: {left}; "
-                                                       f"on the finished ones: {verdict.verdict}"))
-      continue
-    verdicts.append(judge_one(claim, protocol, measures, rng))
+    verdicts.append(partly_run(judge_one(claim, protocol, measures, rng), getattr(measures, "missing", {})))
   return verdicts
+
+
+def partly_run(verdict: Verdict, missing: dict) -> Verdict:
+  """A grid run in part (`missing`: where -> trials not yet filed) is not testable yet; the
+  verdict says what its finished part shows."""
+  if not missing:
+    return verdict
+  left = ", ".join(f"{where} ({n} trials)" for where, n in missing.items())
+  return dataclasses.replace(verdict, verdict=NOT_TESTABLE,
+                             would_change=f"the grid's remaining trials: {left}; on the finished ones: {verdict.verdict}")
 
 
 def judge_one(claim: Claim, protocol: Protocol, measures, rng) -> Verdict:

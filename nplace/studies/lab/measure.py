@@ -1,6 +1,8 @@
-"""A model's scorecard at init (`nplace lab`): the probe suite and the lab's own measurements on
-the model made `depth` blocks deep and `width` wide, probed on a random batch (nothing is read
-from disk), turned into checks, a score and a prediction (the rule: nplace/studies/lab/checks.py).
+"""A model's scorecard (`nplace lab`): the probe suite and the lab's own measurements on the
+model made `depth` blocks deep and `width` wide, probed at init on a random batch, and the
+loss's curvature on the data's first validation rows at init and after a short Adam warmup on
+the config's own training batches; turned into checks, a score and a prediction (the rule:
+nplace/studies/lab/checks.py).
 """
 import functools
 import pathlib
@@ -8,12 +10,15 @@ import pathlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from nplace.config import ModelConfig, ProbeConfig, validate
+from nplace.data import loader
 from nplace.model import decoder
-from nplace.probes import inputs, jacobians, representations, suite
+from nplace.probes import curvature, inputs, jacobians, representations, suite
 from nplace.probes import taps as taps_lib
 from nplace.studies.lab import checks as lab_checks
+from nplace.train import state as train_state, steps
 
 BASELINES = ("post", "pre", "peri")  # the placements every scorecard shows beside its own
 
@@ -42,17 +47,56 @@ def _measure(cfg, params, batch_BT1, key, local_key, probe_config):
   return results, rms_h0, local_2L
 
 
+def adam_warmup(config, params):
+  """(theta_K, Adam's preconditioner P = sqrt(v_hat_K) + eps) after K = WARMUP_STEPS steps of
+  the config's own train step (its AdamW, clipping and weight decay) at the constant rate LR_REF
+  from `params`, on the first K batches its training run reads."""
+  c = config.copy_and_resolve_references()
+  c.optim.update(lr=lab_checks.LR_REF, warmup_steps=0, min_lr_ratio=1.0)  # the schedule, flat at LR_REF
+  c.train.steps = lab_checks.WARMUP_STEPS
+  rows = loader.make_iterator(c.data, "train", c.train.batch_size, seed=c.seed, shuffle=True,
+                              process_index=0, process_count=1)
+  batches_XBT1 = np.stack([next(rows) for _ in range(lab_checks.WARMUP_STEPS)])
+  step = steps.make_train_step(c)
+
+  @jax.jit
+  def warm(state, batches_XBT1):
+    return jax.lax.scan(lambda s, batch_BT1: (step(s, batch_BT1)[0], None), state, batches_XBT1)[0]
+  state = warm(train_state.start_from(c, params), batches_XBT1)
+  adam = optax.tree.get(state["opt_state"], "ScaleByAdamState")
+  v_hat = optax.tree.bias_correction(adam.nu, c.optim.b2, adam.count)
+  return state["params"], jax.tree.map(lambda v: jnp.sqrt(v) + c.optim.eps, v_hat)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _sharpness(cfg, params_0, params_K, precond, batch_BT1, key):
+  """The top eigenvalue of the loss's Hessian on `batch_BT1` at params_0, and of P^{-1} H at
+  params_K, P = `precond`; POWER_ITERATIONS products each from the same start."""
+  loss = functools.partial(decoder.loss, cfg, batch_BT1=batch_BT1)
+  n = lab_checks.POWER_ITERATIONS
+  plain = curvature.top_eigenvalue(lambda v: curvature.hessian_vector_product(loss, params_0, v),
+                                   params_0, key, n)
+  return plain, curvature.preconditioned_top_eigenvalue(loss, params_K, precond, key, n)
+
+
 def measure(config) -> dict:
   """One model's scorecard: suite results (lists), the checks, score and prediction."""
   cfg = ModelConfig.of(config.model)
   params = decoder.init(cfg, jax.random.key(config.seed))
-  results, rms_h0, local_2L = _measure(
-      cfg, params, inputs.probe_batch(config, held_out=False), inputs.probe_key(config),
-      jax.random.key(config.seed, impl="rbg"), ProbeConfig.of(config.probe))
+  batch_BT1, key = inputs.probe_batch(config, held_out=False), inputs.probe_key(config)
+  results, rms_h0, local_2L = _measure(cfg, params, batch_BT1, key, jax.random.key(config.seed, impl="rbg"),
+                                       ProbeConfig.of(config.probe))
+  # the curvature on the data's own first validation rows (the probes' batch of a trained model):
+  # on random tokens, ones the training data never holds curve down through the embedding rows
+  # the warmup left with a near-zero second moment, and that direction swamps the power iteration
+  plain, preconditioned = _sharpness(cfg, params, *adam_warmup(config, params),
+                                     inputs.probe_batch(config, held_out=True), key)
   results = {name: np.asarray(v, np.float64).tolist() for name, v in results.items()}
-  card = lab_checks.checks(results, float(rms_h0), local_2L[0], local_2L[1])
+  sharpness = {"init": float(plain), "preconditioned": float(preconditioned), "b1": config.optim.b1}
+  card = lab_checks.checks(results, float(rms_h0), local_2L[0], local_2L[1], sharpness)
   return {"placement": config.model.placement, "checks": card, "terms": lab_checks.terms(card),
-          "score": lab_checks.score(card), "prediction": lab_checks.prediction(card),
+          "score": lab_checks.score(card), "predicted_max_lr": card["predicted_max_lr"],
+          "prediction": lab_checks.prediction(card),
           "block_jacobian": np.asarray(local_2L, np.float64).tolist(), "probes": results}
 
 
@@ -67,6 +111,10 @@ def _number(x: float) -> str:
 
 
 ROWS = (  # scorecard row label -> cell of one card
+    ("predicted max stable lr", lambda c: f"{c['predicted_max_lr']:.2g}"),
+    (f"lambda_P after {lab_checks.WARMUP_STEPS} Adam steps", lambda c: _number(c["preconditioned_sharpness"])),
+    ("lambda_H at init, 2/lambda_H", lambda c: f"{_number(c['sharpness_init'])}, {c['gd_max_lr']:.2g}"),
+    ("log10 prod (1+|J_l-I|)", lambda c: f"{c['backward_stability']:.3f}"),
     ("rms(h_0) -> rms(h_L)", lambda c: f"{_number(c['rms_h0'])} -> {_number(c['rms_top'])}"),
     ("growth: better fit", lambda c: c["growth"]["better"]),
     ("  linear: slope/layer, R²", lambda c: f"{_number(c['growth']['slope'])}, {c['growth']['r2_linear']:.3f}"),
@@ -77,6 +125,7 @@ ROWS = (  # scorecard row label -> cell of one card
                                                  c["backward_products"].items()) or "-"),
     ("grad ratio h_1/h_L", lambda c: _number(c["grad_ratio"])),
     ("|J_{0->L}|_F/sqrt(Td)", lambda c: _number(c["jacobian_0L"])),
+    ("rule v2's score (reported)", lambda c: f"{sum(lab_checks.terms(c).values()):.2f}"),
 )
 
 
@@ -84,7 +133,7 @@ def scorecard(cards: dict) -> str:
   """The cards side by side (one column per model), then each one's prediction and the rule."""
   names = list(cards)
   rows = [(label, *(cell(cards[n]["checks"]) for n in names)) for label, cell in ROWS]
-  rows.append(("score", *(f"{cards[n]['score']:.2f}" for n in names)))
+  rows.append(("score (-log10 max lr)", *(f"{cards[n]['score']:.2f}" for n in names)))
   width = [max(len(str(r[i])) for r in [("", *names), *rows]) for i in range(len(names) + 1)]
   lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, width)).rstrip()
            for row in [("", *names), *rows]]

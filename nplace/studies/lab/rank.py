@@ -121,13 +121,51 @@ PROTOCOL = protocol_lib.Protocol(
     ),
 )
 
+PROTOCOL_V2 = protocol_lib.Protocol(
+    name="lab", version=2,
+    summary="The lab's init-time prediction (rule version in the table) of each configuration of an "
+            "LR-sensitivity grid, at its trained depth and width and each trained seed's init, against "
+            "what the grid measured: (1) Spearman's rho of the lab score against LR sensitivity over the "
+            "configurations' seed means, with a bootstrap over seeds and over configurations (both "
+            "resampled in each draw); (2) the predicted maximum stable learning rate against the "
+            "observed one (each seed's largest rate that learned; geometric means over seeds), counted "
+            "right within one half-decade step of the sweep. Fixed before protocol 2's grid was judged.",
+    seeds=5, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
+    thresholds=(protocol_lib.Threshold("target_rho", 0.8, "Spearman's rho the lab set out to reach"),
+                protocol_lib.Threshold("lr_tolerance", 0.5, "decades: a predicted maximum stable rate this "
+                                                            "close to the observed one counts as right"),
+                protocol_lib.Threshold("target_right", 2 / 3, "fraction of configurations whose maximum "
+                                                              "stable rate the lab must predict right")),
+    claims=(
+        protocol_lib.Claim("lab_agrees", "The lab's score ranks the configurations as their LR sensitivity "
+                           "does (rho's interval above 0)", metric="rho_above_zero",
+                           better="lab score", worse="LR sensitivity"),
+        protocol_lib.Claim("lab_meets_target", "... well enough to stand in for the sweep (rho at least "
+                           "the target)", metric="rho_at_target", better="lab score", worse="LR sensitivity"),
+        protocol_lib.Claim("lab_predicts_max_lr", "The lab predicts each configuration's maximum stable "
+                           "learning rate within half a decade, for at least the target fraction",
+                           metric="max_lr_right", better="lab prediction", worse="observed"),
+    ),
+)
+
+
+def protocol_for(study_protocol) -> protocol_lib.Protocol:
+  """The lab protocol a study is judged under: version 2 on grids of outcome rules 2 (study A's
+  protocol 2, which measures maximum stable rates), version 1 before."""
+  return PROTOCOL_V2 if study_protocol.outcome_rules >= 2 else PROTOCOL
+
+
+def _geometric_mean(values) -> float:
+  return float(np.exp(np.mean(np.log(values))))
+
 
 class Ranking:
   """Each configuration (arm, shape) of an LR-sensitivity study: the lab score and the LR
-  sensitivity of every seed, paired by seed; `scores` (arm, shape, seed) -> lab score."""
+  sensitivity of every seed, paired by seed; `scores` (arm, shape, seed) -> lab score;
+  `predicted` (arm, shape, seed) -> predicted maximum stable rate (lab protocol 2)."""
 
-  def __init__(self, protocol, measures, scores: dict):
-    self.protocol, self.rows = protocol, []  # (arm, shape, scores_S, sensitivities_S)
+  def __init__(self, protocol, measures, scores: dict, predicted: dict | None = None):
+    self.protocol, self.measures, self.predicted, self.rows = protocol, measures, predicted or {}, []
     for shape in measures.shapes:
       for arm in measures.arms:
         pairs = [(scores[(arm, shape, seed)], value) for seed, value in
@@ -143,16 +181,52 @@ class Ranking:
     rng = np.random.default_rng(self.protocol.bootstrap_seed)
     resampled = []
     for _ in range(self.protocol.bootstrap_resamples):
-      picks = [rng.integers(0, len(s), len(s)) for _, _, s, _ in self.rows]
-      resampled.append(spearman([s[i].mean() for (_, _, s, _), i in zip(self.rows, picks)],
-                                [v[i].mean() for (_, _, _, v), i in zip(self.rows, picks)]))
+      # version 2 also resamples the configurations: the rho of another set of them
+      rows = ([self.rows[i] for i in rng.integers(0, len(self.rows), len(self.rows))]
+              if self.protocol.version >= 2 else self.rows)
+      picks = [rng.integers(0, len(s), len(s)) for _, _, s, _ in rows]
+      resampled.append(spearman([s[i].mean() for (_, _, s, _), i in zip(rows, picks)],
+                                [v[i].mean() for (_, _, _, v), i in zip(rows, picks)]))
     resampled = np.array(resampled)
     resampled = resampled[np.isfinite(resampled)]
     if not len(resampled):
       return rho, math.nan, math.nan
     return rho, *protocol_lib.bounds(resampled, self.protocol)
 
+  def max_lrs(self) -> list[tuple[str, str, float | None, float | None]]:
+    """(arm, shape, predicted, observed) per configuration: geometric means over the seeds of
+    the lab's predicted maximum stable rate and of the largest rate each seed learned at (None
+    where a seed lacks one)."""
+    out = []
+    for arm, shape, _, _ in self.rows:
+      predicted = [self.predicted.get((arm, shape, seed)) for seed in self.measures.seeds]
+      observed = [self.measures.max_stable_lr(arm, shape, seed) for seed in self.measures.seeds]
+      out.append((arm, shape,
+                  None if None in predicted or min(predicted) <= 0 else _geometric_mean(predicted),
+                  None if None in observed else _geometric_mean(observed)))
+    return out
+
+  def _max_lr_verdict(self, claim, protocol) -> protocol_lib.Verdict:
+    found = self.max_lrs()
+    if not found or any(p is None or o is None for _, _, p, o in found):
+      return protocol_lib.Verdict(claim, protocol_lib.NOT_TESTABLE, (), None,
+                                  "a prediction and an observed maximum stable rate for every configuration")
+    tolerance, target = protocol.threshold("lr_tolerance"), protocol.threshold("target_right")
+    right = [abs(math.log10(p / o)) <= tolerance for _, _, p, o in found]
+    fraction = float(np.mean(right))
+    effect = protocol_lib.Effect(f"{len(found)} configurations", fraction, math.nan, math.nan, len(self.seeds),
+                                 f"fraction predicted within {tolerance:g} decades")
+    held = fraction >= target
+    return protocol_lib.Verdict(claim, protocol_lib.REPRODUCED if held else protocol_lib.NOT_REPRODUCED,
+                                (effect,), None, f"{sum(right)} of {len(right)} right; "
+                                f"{'fewer' if held else 'at least'} {math.ceil(target * len(right))} would change it")
+
   def verdict(self, claim, protocol) -> protocol_lib.Verdict:
+    return protocol_lib.partly_run(self._verdict(claim, protocol), getattr(self.measures, "missing", {}))
+
+  def _verdict(self, claim, protocol) -> protocol_lib.Verdict:
+    if claim.metric == "max_lr_right":
+      return self._max_lr_verdict(claim, protocol)
     if len(self.rows) < 3:
       return protocol_lib.Verdict(claim, protocol_lib.NOT_TESTABLE, (), None,
                                   "at least 3 configurations scored and swept")
@@ -167,15 +241,16 @@ class Ranking:
       held = rho >= target
       change = f"rho below {target:g}" if held else f"rho reaching {target:g}"
     verdict = protocol_lib.REPRODUCED if held else protocol_lib.NOT_REPRODUCED
-    return protocol_lib.Verdict(claim, verdict, (effect,), None,
-                                f"{change} (the interval is over seeds only, not over the choice of "
-                                "configurations)")
+    over = "seeds and configurations" if protocol.version >= 2 else "seeds only, not over the choice of configurations"
+    return protocol_lib.Verdict(claim, verdict, (effect,), None, f"{change} (the interval is over {over})")
 
 
-def scores_of(study) -> tuple[dict, dict]:
-  """(arm, shape, seed) -> score from a results study's lab.json, and the file's header."""
+def scores_of(study) -> tuple[dict, dict, dict]:
+  """(arm, shape, seed) -> score and -> predicted maximum stable rate (rule version 3 on) from a
+  results study's lab.json, and the file's header."""
   record = json.loads((study.path / SCORES).read_text())
   return ({(r["arm"], r["shape"], r["seed"]): r["score"] for r in record["scores"]},
+          {(r["arm"], r["shape"], r["seed"]): r["predicted_max_lr"] for r in record["scores"] if "predicted_max_lr" in r},
           {k: v for k, v in record.items() if k != "scores"})
 
 
@@ -216,11 +291,15 @@ def rank_sensitivity(study_dir) -> dict:
   cards = measure.measure_all(configs)
   record = {"config": study.config, "rule_version": lab_checks.RULE_VERSION, "rule": lab_checks.RULE,
             "scores": [{"arm": a, "shape": s, "seed": seed, "score": card["score"],
+                        "predicted_max_lr": card["predicted_max_lr"], "rule_version": lab_checks.RULE_VERSION,
                         "prediction": card["prediction"]} for (a, s, seed), card in cards.items()]}
   (study.path / SCORES).write_text(json.dumps(record, indent=1) + "\n")
-  ranking = Ranking(PROTOCOL, measures, {key: card["score"] for key, card in cards.items()})
+  ranking = Ranking(protocol_for(measures.protocol), measures, {key: card["score"] for key, card in cards.items()},
+                    {key: card["predicted_max_lr"] for key, card in cards.items()})
   rho, low, high = ranking.rho()
   print(ranking_table(ranking))
+  if ranking.protocol.version >= 2:
+    print(max_lr_table(ranking))
   print(f"Spearman's rho {rho:.3f} [{low:.3f}, {high:.3f}] over {len(ranking.rows)} configurations; "
         f"rule version {lab_checks.RULE_VERSION}: {lab_checks.RULE}\nwrote {study.path / SCORES}")
   return record
@@ -233,3 +312,16 @@ def ranking_table(ranking) -> str:
           for (arm, shape, s, v), a, b in zip(ranking.rows, lab, measured)]
   return markdown.table(["shape", "arm", "lab score (per seed)", "lab rank", "LR sensitivity (per seed)",
                          "sensitivity rank"], body)
+
+
+def max_lr_table(ranking) -> str:
+  """Per configuration: the predicted and the observed maximum stable rate, and their ratio."""
+  tolerance = ranking.protocol.threshold("lr_tolerance")
+  body = []
+  for arm, shape, predicted, observed in ranking.max_lrs():
+    ratio = None if predicted is None or observed is None else predicted / observed
+    body.append([shape, arm, "-" if predicted is None else f"{predicted:.2g}",
+                 "-" if observed is None else f"{observed:.2g}", "-" if ratio is None else f"{ratio:.2g}",
+                 "-" if ratio is None else ("yes" if abs(math.log10(ratio)) <= tolerance else "no")])
+  return markdown.table(["shape", "arm", "predicted max stable lr", "observed (geometric mean over seeds)",
+                         "predicted / observed", f"within {tolerance:g} decades"], body)

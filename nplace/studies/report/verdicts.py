@@ -428,11 +428,11 @@ def thresholds_table(protocol) -> str:
 def lab_part(study, measures, tier: str) -> list[str]:
   """The lab's init-time score of each configuration against its LR sensitivity, judged by the
   lab's ranking protocol, from STUDY/lab.json (`nplace lab --rank STUDY`)."""
-  scores, header = lab_rank.scores_of(study)
-  protocol = lab_rank.PROTOCOL
+  scores, predicted, header = lab_rank.scores_of(study)
+  protocol = lab_rank.protocol_for(measures.protocol)
 
   def ranking_for(p):
-    return lab_rank.Ranking(p, measures, scores)
+    return lab_rank.Ranking(p, measures, scores, predicted)
   ranking = ranking_for(protocol)
   history = markdown.table(["rule version", "commit", "what changed"],
                            [[str(v), f"`{c}`", text] for v, c, text in lab_checks.RULE_HISTORY])
@@ -444,6 +444,8 @@ def lab_part(study, measures, tier: str) -> list[str]:
           verdict_table(protocol, protocol_lib.judge(protocol, ranking), tier, len(ranking.seeds)),
           "With the threshold halved and doubled:", sensitivity_table(protocol, ranking_for),
           "Per configuration (ranks: 1 = most stable):", lab_rank.ranking_table(ranking),
+          *(["Predicted against observed maximum stable learning rate:", lab_rank.max_lr_table(ranking)]
+            if protocol.version >= 2 else []),
           "The rule's versions:", history]
 
 
