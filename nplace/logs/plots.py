@@ -216,7 +216,8 @@ def sweep(arms, xlabel, ylabel, cap: float, hlines=None) -> Figure:
   colour, another setting such as weight decay 0), each seed's loss a dot and each failed
   trial a cross at its loss, or at `cap` (the loss at init, drawn dotted) where it diverged.
   The rates at which every trial of every arm failed are shaded: the failure region."""
-  fig, ax = new_figure(top=MARGINS["top"] - LEGEND_ROW * (math.ceil(len(arms) / LEGEND_COLUMNS) - 1))
+  columns = 2  # arm labels run long ("Peri-LN, no weight decay"): three a row leave the figure
+  fig, ax = new_figure(top=MARGINS["top"] - LEGEND_ROW * (math.ceil(len(arms) / columns) - 1))
   ax.set_xscale("log")
   colors, handles, shown = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"], [], [np.array([cap])]
   for label, arm in arms.items():
@@ -239,7 +240,7 @@ def sweep(arms, xlabel, ylabel, cap: float, hlines=None) -> Figure:
                 textcoords="offset points", ha="left", va="bottom", fontsize=9, color="0.3")
     shown.append(np.array([y]))
   set_ylim(ax, np.concatenate(shown), False)
-  ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(arms), LEGEND_COLUMNS),
+  ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(arms), columns),
             fontsize=9, frameon=False, handlelength=1.8, columnspacing=1.0)
   ax.set_xlabel(xlabel)
   set_ylabel(ax, ylabel)

@@ -30,7 +30,7 @@ RULE_HISTORY = (  # (version, commit, what changed): a rule changed after result
     (2, "16a65bc", "such a block counts as scale-invariant (ratio 1); made minutes before the placement "
                    "grid's results (results/v0/), so those do not test it blind: the LR-sensitivity "
                    "ranking is its first test fixed beforehand"),
-    (3, "this commit", "a new rule: the maximum stable learning rate predicted from Adam's preconditioned "
+    (3, "2fe360c", "a new rule: the maximum stable learning rate predicted from Adam's preconditioned "
                        "sharpness after a 25-step warmup at lr 1e-3 (Cohen et al. 2022's threshold "
                        "(2 + 2 b1) / ((1 - b1) lr)), after v2 ranked protocol 1's grid at rho -0.05; "
                        "declared before study A's protocol-2 grid is judged, its first blind test. On its "
