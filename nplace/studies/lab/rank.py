@@ -102,6 +102,17 @@ def rank(base, sweep_dir, depth: int, width: int) -> dict:
 
 SCORES = "lab.json"  # in a results study: the lab's score of every configuration and seed
 
+# What both lab protocols judge alike, values and wording.
+TARGET_RHO = protocol_lib.Threshold("target_rho", 0.8, "Spearman's rho the lab set out to reach "
+                                    "(its target since it was built)")
+RANK_CLAIMS = (
+    protocol_lib.Claim("lab_agrees", "The lab's score ranks the configurations as their LR sensitivity "
+                       "does (rho's interval above 0)", metric="rho_above_zero",
+                       better="lab score", worse="LR sensitivity"),
+    protocol_lib.Claim("lab_meets_target", "... well enough to stand in for the sweep (rho at least "
+                       "the target)", metric="rho_at_target", better="lab score", worse="LR sensitivity"),
+)
+
 PROTOCOL = protocol_lib.Protocol(
     name="lab", version=1,
     summary="The lab's init-time score (rule version in the table) of each configuration of an "
@@ -110,15 +121,8 @@ PROTOCOL = protocol_lib.Protocol(
             "the configurations' seed means, with a bootstrap over seeds (each configuration's seeds "
             "resampled, score and sensitivity kept paired). Fixed before the first ranking.",
     seeds=3, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
-    thresholds=(protocol_lib.Threshold("target_rho", 0.8, "Spearman's rho the lab set out to reach "
-                                                          "(its target since it was built)"),),
-    claims=(
-        protocol_lib.Claim("lab_agrees", "The lab's score ranks the configurations as their LR sensitivity "
-                           "does (rho's interval above 0)", metric="rho_above_zero",
-                           better="lab score", worse="LR sensitivity"),
-        protocol_lib.Claim("lab_meets_target", "... well enough to stand in for the sweep (rho at least "
-                           "the target)", metric="rho_at_target", better="lab score", worse="LR sensitivity"),
-    ),
+    thresholds=(TARGET_RHO,),
+    claims=RANK_CLAIMS,
 )
 
 PROTOCOL_V2 = protocol_lib.Protocol(
@@ -131,17 +135,13 @@ PROTOCOL_V2 = protocol_lib.Protocol(
             "observed one (each seed's largest rate that learned; geometric means over seeds), counted "
             "right within one half-decade step of the sweep. Fixed before protocol 2's grid was judged.",
     seeds=5, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
-    thresholds=(protocol_lib.Threshold("target_rho", 0.8, "Spearman's rho the lab set out to reach"),
+    thresholds=(TARGET_RHO,
                 protocol_lib.Threshold("lr_tolerance", 0.5, "decades: a predicted maximum stable rate this "
                                                             "close to the observed one counts as right"),
                 protocol_lib.Threshold("target_right", 2 / 3, "fraction of configurations whose maximum "
                                                               "stable rate the lab must predict right")),
     claims=(
-        protocol_lib.Claim("lab_agrees", "The lab's score ranks the configurations as their LR sensitivity "
-                           "does (rho's interval above 0)", metric="rho_above_zero",
-                           better="lab score", worse="LR sensitivity"),
-        protocol_lib.Claim("lab_meets_target", "... well enough to stand in for the sweep (rho at least "
-                           "the target)", metric="rho_at_target", better="lab score", worse="LR sensitivity"),
+        *RANK_CLAIMS,
         protocol_lib.Claim("lab_predicts_max_lr", "The lab predicts each configuration's maximum stable "
                            "learning rate within half a decade, for at least the target fraction",
                            metric="max_lr_right", better="lab prediction", worse="observed"),
