@@ -81,6 +81,9 @@ class ModelConfig(Section):
   dt: float = key(1.0, "residual step: h + dt * branch")
   attention: str = key("softmax", "softmax | centered (softmax minus the prefix average; study B ablation)",
                        ("softmax", "centered"))
+  attn_out_scale: float = key(1.0, "multiplies the init std of the attention output projection o (study B's "
+                              "matched-magnitude control: the softmax branch scaled to the centered one's size "
+                              "at init)")
   attention_impl: str = key("auto", "xla (einsum; sows the probabilities) | dot_product (fused: cuDNN on GPU, "
                             "splash on TPU, causal halves on CPU) | auto (dot_product unless centered)",
                             ("xla", "dot_product", "auto"))
@@ -118,6 +121,9 @@ class DataConfig(Section):
 class ProbeConfig(Section):
   """config.probe: the probe suite during training and in `nplace probe`."""
   every: int = key(0, "run the probe suite every N train steps (and at step 0); 0 = off")
+  early_every: int = key(0, "also probe every N steps up to probe.early_until (resolves what happens early in "
+                         "training); 0 = off")
+  early_until: int = key(0, "the last step of the early schedule")
   images: str = key("log", "probe steps that also draw images: log (0, every x 2^k, last), all, none",
                     ("log", "all", "none"))
   batch_size: int = key(4, "held-out sequences the probe suite runs on")
@@ -323,6 +329,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _positive("model.dt", m.dt)
   _positive("model.norm_eps", m.norm_eps)
   _positive("model.embed_scale", m.embed_scale)
+  _positive("model.attn_out_scale", m.attn_out_scale)
   _positive("model.init_std", m.init_std)
   _positive("data.seq_len", config.data.seq_len)
   _positive("model.head_vocab_multiple", m.head_vocab_multiple)
@@ -347,6 +354,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
 def _validate_probe(p) -> None:
   if p.every < 0:
     raise ConfigError("probe.every", p.every, "must be >= 0 (0 = off)")
+  for key in ("early_every", "early_until"):
+    if p[key] < 0:
+      raise ConfigError(f"probe.{key}", p[key], "must be >= 0 (0 = off)")
+  if p.early_every and not p.early_until:
+    raise ConfigError("probe.early_every", p.early_every, "needs probe.early_until > 0, the schedule's last step")
+  if p.early_until and not p.early_every:
+    raise ConfigError("probe.early_until", p.early_until, "needs probe.early_every > 0, the schedule's interval")
   for key in ("batch_size", "hutchinson_probes", "spectral_batch"):
     _positive(f"probe.{key}", p[key])
   if p.power_iters < 0:

@@ -36,6 +36,7 @@ def run_main(capsys, *argv):
     ("--config.model.dt=0", "model.dt"),
     ("--config.model.dt=-0.1", "model.dt"),
     ("--config.model.embed_scale=0", "model.embed_scale"),
+    ("--config.model.attn_out_scale=0", "model.attn_out_scale"),
     ("--config.data.seq_len=1025", "data.seq_len"),
     ("--config.model.loss_chunks=0", "model.loss_chunks"),
     ("--config.model.loss_chunks=5", "model.loss_chunks"),
@@ -47,6 +48,10 @@ def run_main(capsys, *argv):
     ("--config.train.batch_size=0", "train.batch_size"),
     ("--config.train.cpu_devices=0", "train.cpu_devices"),
     ("--config.probe.images=some", "probe.images"),
+    ("--config.probe.early_every=-1", "probe.early_every"),
+    ("--config.probe.early_until=-1", "probe.early_until"),
+    ("--config.probe.early_every=25", "probe.early_every"),
+    ("--config.probe.early_until=500", "probe.early_until"),
     ("--config.model.bogus=1", "bogus"),
     ("--config.model.n_layer=abc", "model.n_layer"),
 ])

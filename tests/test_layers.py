@@ -10,7 +10,8 @@ import pytest
 from jax.ad_checkpoint import print_saved_residuals
 
 from nplace.config import ModelConfig
-from nplace.model import layers
+from nplace.model import decoder, layers
+from nplace.probes import theory
 import reference
 
 
@@ -66,6 +67,24 @@ def test_attention_equals_formula(make_config):
     np.testing.assert_allclose(layers.Attention(cfg).apply({"params": p}, x),
                                reference.attention(p, x, cfg.n_head, attention == "centered"),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_attn_out_scale_multiplies_the_o_init_and_nothing_else(make_config):
+  """Study B's matched-magnitude control: from the same key, o's kernels scaled exactly, every
+  other parameter as the default's; the theory's attention gain follows o's variance."""
+  cfgs = [ModelConfig.of(make_config(placement="post", attn_out_scale=s).model) for s in (1.0, 0.25)]
+  base, scaled = (jax.tree_util.tree_flatten_with_path(decoder.init(cfg, jax.random.key(0)))[0] for cfg in cfgs)
+  assert [path for path, _ in base] == [path for path, _ in scaled]
+  o_kernels = 0
+  for (path, want), (_, got) in zip(base, scaled):
+    names = [k.key for k in path]
+    is_o_kernel = names[-2:] == ["o", "kernel"]
+    o_kernels += is_o_kernel
+    np.testing.assert_array_equal(got, 0.25 * want if is_o_kernel else want, err_msg=str(names))
+  assert o_kernels == 1  # the blocks are scanned: one stacked kernel holds every layer's o
+  gains = [theory.branch_gains(cfg) for cfg in cfgs]
+  np.testing.assert_allclose(gains[1]["attn"], 0.25 ** 2 * gains[0]["attn"])
+  assert gains[1]["mlp_out"] == gains[0]["mlp_out"]
 
 
 @pytest.mark.parametrize("mlp", ("gelu", "swiglu"))

@@ -115,6 +115,18 @@ def test_resumed_run_heatmap_keeps_the_history(tmp_path):
   assert history.read(tmp_path)["similarity"].steps.tolist() == [0, 1, 2, 3, 4]
 
 
+def test_early_schedule_probes_densely_up_to_its_last_step_and_draws_no_images_there():
+  probe = tiny_config().probe
+  probe.update(every=250, early_every=25, early_until=500)
+  assert [s for s in range(0, 1001, 5) if summaries.probed(probe, s)] == [*range(0, 501, 25), 750, 1000]
+  assert not any(summaries.probed(probe, s) for s in (510, 525, 760))
+  probe.every = 0  # probes off: the early schedule too
+  assert not any(summaries.probed(probe, s) for s in (0, 25, 250))
+  probe.every = 250
+  assert [s for s in range(0, 501, 25) if summaries.draws_images(probe, s, 1000)] == [0, 250, 500]
+  assert summaries.draws_images(probe, 25, 25)  # the last step draws, early or not
+
+
 def test_log_image_schedule_draws_at_doublings_and_the_last_step_and_keeps_every_heatmap_row(tmp_path):
   config = tiny_config(placement="post", n_layer=3)
   config.probe.every, config.train.steps = 10, 70

@@ -15,6 +15,7 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from nplace.commands import main, train as train_command
+from nplace.studies import grid
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 EXPERIMENT = '''
@@ -127,7 +128,8 @@ def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsy
 @pytest.mark.parametrize("grid,trials,cells", [
     ("stability.py:cpu", 350, 24), ("stability.py:gpu", 350, 24), ("stability.py:paper,350m", 175, 12),
     ("stability.py:v1_cpu", 180, 12), ("growth.py:cpu", 72, 12), ("growth.py:gpu", 72, 12),
-    ("growth.py:v1_cpu", 32, 8), ("collapse.py:cpu", 15, 5), ("collapse.py:gpu", 25, 5), ("collapse.py:paper", 15, 5)])
+    ("growth.py:v1_cpu", 32, 8), ("collapse.py:cpu", 18, 6), ("collapse.py:gpu", 30, 6), ("collapse.py:paper", 18, 6),
+    ("collapse.py:v1_cpu", 15, 5)])
 def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells, tmp_path, capsys):
   """The grid dry, through the console script's entry point: `--list` prints every trial (or
   cell of up to 15) and runs nothing."""
@@ -139,6 +141,19 @@ def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells,
   assert [len(lines) for lines in listed] == [trials, cells]
   assert all(line.split("\t")[1].startswith("nplace train") for line in listed[0])
   assert not (tmp_path / "sw").exists()
+
+
+def test_collapse_protocol_2_lists_its_matched_control_probed_densely_early(tmp_path, capsys):
+  """The control arm (attention output at the declared fraction of its init, softmax kept) is in
+  the cpu tier's listing, and that tier probes every 25 steps up to step 500."""
+  spec = f"{pathlib.Path(__file__).resolve().parent.parent}/experiments/collapse.py:cpu"
+  assert main.main(["sweep", "--config", spec, "--workdir", str(tmp_path / "sw"), "--list"]) == 0
+  control = [line for line in capsys.readouterr().out.splitlines() if "attn_out_scale=0.23" in line]
+  assert len(control) == 3
+  assert all("--config.model.attn_out_scale=0.23" in line and "attention=softmax" in line for line in control)
+  collapse = grid.load_module(spec.partition(":")[0])
+  config = collapse.get_config("cpu")
+  assert (config.probe.every, config.probe.early_every, config.probe.early_until) == (250, 25, 500)
 
 
 def test_stability_protocol_2_sweeps_into_the_failure_region_long_enough_to_train(tmp_path, capsys):

@@ -64,9 +64,10 @@ def wait_for_checkpoint(workdir, step, proc, timeout=300):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, env):
-  """An uninterrupted 40-step run, probed at steps 0, 20 and 40."""
+  """An uninterrupted 40-step run, probed at steps 0, 20 and 40 and, early, at 5 and 10."""
   workdir = tmp_path_factory.mktemp("reference")
-  run(workdir, "--config.train.steps=40", "--config.probe.every=20", "--config.probe.batch_size=2", env=env)
+  run(workdir, "--config.train.steps=40", "--config.probe.every=20", "--config.probe.early_every=5",
+      "--config.probe.early_until=10", "--config.probe.batch_size=2", env=env)
   return workdir
 
 
@@ -86,12 +87,13 @@ def test_run_completes_with_summary_and_scalars(reference):
   assert s["collapsed"] is False
 
 
-def test_probes_run_at_init_and_every_n_steps(reference):
+def test_probes_run_at_init_every_n_steps_and_on_the_early_schedule(reference):
+  """The early steps (5, 10) are probed but draw no images."""
   acc = event_accumulator.EventAccumulator(str(reference), size_guidance={"scalars": 0, "images": 0})
   acc.Reload()
   for name, first in (("similarity", "layer_001"), ("grad_h", "layer_001"), ("jacobian_frobenius", "layer_000"),
                       ("norm_backward", "attn_001")):
-    assert [e.step for e in acc.Scalars(f"probe/{name}/{first}")] == [0, 20, 40], name
+    assert [e.step for e in acc.Scalars(f"probe/{name}/{first}")] == [0, 5, 10, 20, 40], name
     assert [e.step for e in acc.Images(f"probe_profile/{name}")] == [0, 20, 40]
   assert [e.step for e in acc.Images("probe_heatmap/similarity")] == [0, 20, 40]
   assert "probe_hist/similarity" in acc.Tags()["histograms"]

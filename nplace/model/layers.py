@@ -77,9 +77,9 @@ class Norm(nn.Module):
 
 class Attention(nn.Module):
   """Multi-head causal self-attention; `centered` subtracts the prefix average. `qkv_norms`:
-  per-head norms on those projections; `gain` multiplies the init of v and o; `depth_scaled`:
-  o takes gpt2's 1/sqrt(2L). `attention_impl` picks the einsum path or the fused one
-  (nplace/model/fused_attention.py)."""
+  per-head norms on those projections; `gain` multiplies the init of v and o, and
+  model.attn_out_scale that of o; `depth_scaled`: o takes gpt2's 1/sqrt(2L). `attention_impl`
+  picks the einsum path or the fused one (nplace/model/fused_attention.py)."""
   cfg: ModelConfig
   qkv_norms: tuple[str, ...] = ()
   gain: float = 1.0
@@ -108,8 +108,8 @@ class Attention(nn.Module):
       out_BTHK = self._probabilities_times_values(q_BTHK, k_BSHK, v_BSHK)
     out_BTD = nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=cfg.use_bias, dtype=cfg.dtype, name="o",
-        kernel_init=nn.with_logical_partitioning(weight_init(cfg, D, self.depth_scaled, self.gain),
-                                                 ("heads", "kv", "embed")),
+        kernel_init=nn.with_logical_partitioning(
+            weight_init(cfg, D, self.depth_scaled, self.gain * cfg.attn_out_scale), ("heads", "kv", "embed")),
         bias_init=nn.with_logical_partitioning(_ZEROS, ("embed",)))(out_BTHK)
     return constrain(out_BTD, RESIDUAL)
 

@@ -25,14 +25,25 @@ def tag(name: str, label: str) -> str:
   return f"probe/{name}/{label}" if label else f"probe/{name}"
 
 
+def probed(probe, step: int) -> bool:
+  """Whether the probe suite runs at `step`: step 0, every probe.every steps and, up to
+  probe.early_until, every probe.early_every steps; never with probe.every 0."""
+  if not probe.every:
+    return False
+  early = probe.early_every and step <= probe.early_until and step % probe.early_every == 0
+  return step % probe.every == 0 or bool(early)
+
+
 def draws_images(probe, step: int, last_step: int) -> bool:
-  """Whether probe step `step` also draws images (probe.images). "log": step 0, the probe
-  steps every x 2^k and the run's last step: TensorBoard keeps 10 images per tag by default,
-  which a log-spaced series fills over a long run, and drawing costs ~0.1 CPU-s an image."""
+  """Whether probe step `step` also draws images (probe.images). "log": step 0, the regular
+  probe steps every x 2^k and the run's last step; an early-schedule step draws none (else
+  every early step below probe.every would count as a doubling): TensorBoard keeps 10 images
+  per tag by default, which a log-spaced series fills over a long run, and drawing costs
+  ~0.1 CPU-s an image."""
   if probe.images != "log":
     return probe.images == "all"
-  n = step // probe.every
-  return step == last_step or n & (n - 1) == 0
+  n, early = divmod(step, probe.every)
+  return step == last_step or (not early and n & (n - 1) == 0)
 
 
 def theory_curves(config, results, step: int) -> dict:

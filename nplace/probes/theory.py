@@ -75,12 +75,13 @@ def branch_gains(cfg) -> dict:
   """Variance gains of the branches at init for unit-variance input (ii):
   `attn` = d s_v^2 * d s_o^2 (the value-output path, before averaging); `mlp_q` = d s_in^2,
   the MLP pre-activation variance; `mlp_out` = F s_out^2, times the hidden covariance.
-  The placement's init multipliers (DeepNet's beta, no depth scaling) apply."""
+  The placement's init multipliers (DeepNet's beta, no depth scaling) and model.attn_out_scale apply."""
   d, F = cfg.d_model, cfg.d_ff or 4 * cfg.d_model
   p = PLACEMENTS[cfg.placement]
   b2, out = p.beta(cfg.n_layer) ** 2, p.depth_scaled_init
+  std_o = cfg.attn_out_scale * weight_std(cfg, d, output=out)
   return {
-      "attn": b2 * d * weight_std(cfg, d) ** 2 * b2 * d * weight_std(cfg, d, output=out) ** 2,
+      "attn": b2 * d * weight_std(cfg, d) ** 2 * b2 * d * std_o ** 2,
       "mlp_q": b2 * d * weight_std(cfg, d) ** 2,
       "mlp_out": b2 * F * weight_std(cfg, F, output=out) ** 2,
   }

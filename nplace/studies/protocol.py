@@ -18,6 +18,7 @@ from scipy import stats
 BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
 
 REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable at this tier"
+SEED_CLAIM, FINDING = "seed", "finding"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Claim:
   better: str  # arm labels of the grid
   worse: str
   matches: bool = False
+  source: str = SEED_CLAIM  # SEED_CLAIM: what the reproduced paper says; FINDING: this project's own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +90,12 @@ class Verdict:
 
 
 def arm_of(arms: dict, overrides: dict) -> str | None:
-  """The label of the arm (label -> model overrides) whose every key the trial's overrides match."""
-  return next((label for label, model in arms.items()
-               if all(overrides.get(key) == value for key, value in model.items())), None)
+  """The label of the arm (label -> model overrides) whose every key the trial's overrides
+  match; of several, the one that names the most keys (an arm that adds one key to another,
+  as study B's matched control adds its init scale to Post-LN, is its own)."""
+  matching = [(len(model), label) for label, model in arms.items()
+              if all(overrides.get(key) == value for key, value in model.items())]
+  return max(matching, key=lambda m: m[0])[1] if matching else None
 
 
 def _resampled_means(values_S, protocol: Protocol, rng) -> np.ndarray:

@@ -90,8 +90,9 @@ def eval_hook(hooks, cell, evaluator, progress, references, every):
 
 def probe_hook(hooks, cell, progress):
   """The probe suite on a fixed held-out batch (the same rows on every process), compiled apart
-  from the train step, at step 0 and every `probe.every` steps, written as each run's probe/*
-  summaries; a cell's runs are probed one after another, each on its own slice of the state."""
+  from the train step, at the steps `summaries.probed` picks (step 0, every `probe.every` steps,
+  the early schedule), written as each run's probe/* summaries; a cell's runs are probed one
+  after another, each on its own slice of the state."""
   config = cell.config
   if not config.probe.every:
     return
@@ -100,6 +101,8 @@ def probe_hook(hooks, cell, progress):
   writers = [summaries.ProbeWriter(r.writer, r.config) if r.writer.summary else None for r in cell.runs]
 
   def run(step, state):
+    if not summaries.probed(config.probe, step):
+      return
     for i, r in enumerate(cell.runs):
       if r.diverged:
         continue
@@ -110,7 +113,7 @@ def probe_hook(hooks, cell, progress):
       who = f"{r.name}: " if cell.stacked else ""
       progress.message(f"{who}step {step} probe suite: {len(results)} probes written to TensorBoard")
 
-  hooks.add(run, config.probe.every, at_start=True)
+  hooks.add(run, every=1, at_start=True)  # `probed` picks the steps: early ones are off the every-N grid
 
 
 def profile_hook(hooks, config, workdir, resumed_at, progress):

@@ -101,8 +101,10 @@ def _announce(progress, cell, evaluator):
     progress.message(f"logs: {run.workdir} (TensorBoard event files; summary.json at the end)\n"
                      f"  tensorboard --logdir {run.workdir}")
   progress.message(f"devices: {mesh.size} x {mesh.devices.flat[0].platform}, mesh {dict(mesh.shape)}")
-  if config.probe.every:
-    progress.message(f"probes: the suite runs at step 0 and every {config.probe.every} steps")
+  p = config.probe
+  if p.every:
+    early = f", and every {p.early_every} steps up to step {p.early_until}" if p.early_every else ""
+    progress.message(f"probes: the suite runs at step 0 and every {p.every} steps{early}")
   for note in evaluator.notes():
     progress.message(note)
 

@@ -47,6 +47,18 @@ def verdict_table(protocol, verdicts, tier: str, seeds: int, at_horizons=None) -
                          "seeds", "what would change it"] + (["at earlier horizons"] if at_horizons else []), rows)
 
 
+def verdict_tables(protocol, verdicts, tier: str, seeds: int, at_horizons=None) -> str:
+  """verdict_table, in two parts when the protocol labels some claims as this project's own
+  findings: what the reproduced paper (the seed) claims, then what this project found."""
+  findings = [v for v in verdicts if v.claim.source == protocol_lib.FINDING]
+  if not findings:
+    return verdict_table(protocol, verdicts, tier, seeds, at_horizons)
+  seed = [v for v in verdicts if v.claim.source != protocol_lib.FINDING]
+  return "\n\n".join(["**The seed's claims**", verdict_table(protocol, seed, tier, seeds, at_horizons),
+                       "**This project's findings** (not claims of the seed: a verdict either way is a result)",
+                       verdict_table(protocol, findings, tier, seeds, at_horizons)])
+
+
 def horizon_label(fraction: float) -> str:
   return "the end" if fraction == 1 else f"{fraction:g} of the run"
 
@@ -391,6 +403,57 @@ def collapse_table(measures) -> str:
                          "smallest gradient ratio", "largest backward factor after init"], rows)
 
 
+def clone_table(measures) -> str:
+  """Per arm and seed: the top block's similarity at init, raw and centered; the mean backward
+  factor at init and at the last probe; the smallest gradient ratio."""
+  rows = []
+  for arm in measures.arms:
+    for t in measures.by_arm[arm]:
+      similarity = [collapse._series(t, name) for name in ("similarity", "similarity_centered")]
+      factors, ratio = collapse.backward_factors(t), collapse.gradient_ratios(t)
+      rows.append([arm, str(t.overrides.get(collapse.SEED)),
+                   *(markdown.number(f[1][0, -1], 4) if f is not None else "-" for f in similarity),
+                   f"{factors[1][0]:.3f} → {factors[1][-1]:.3f}" if factors is not None else "-",
+                   markdown.number(float(ratio[1].min()), 2) if ratio is not None else "-",
+                   markdown.number(collapse.plateau_gap(t), 3)])
+  return markdown.table(["arm", "seed", "top-block similarity at init", "centered", "mean backward factor, init → end",
+                         "smallest gradient ratio", "plateau − frequency loss"], rows)
+
+
+def accounting_table(measures) -> str:
+  """At each probe step, per Post-LN arm (geometric mean over seeds): log10 of the measured
+  bottom/top gradient ratio, the norms' share and the branches' (the rest)."""
+  found = {arm: [collapse.accounting(t) for t in measures.by_arm[arm]] for arm in measures.arms}
+  found = {arm: a for arm, a in found.items() if a and None not in a}
+  if not found:
+    return "No arm with its norms on the residual path was probed."
+  steps = sorted(set.intersection(*(set(x.steps.tolist()) for a in found.values() for x in a)))
+
+  def cell(accounts, step):
+    at = [list(x.steps).index(step) for x in accounts]
+    measured = np.mean([x.measured[i] for x, i in zip(accounts, at)])
+    norms = np.mean([x.norms[i] for x, i in zip(accounts, at)])
+    share = f" ({norms / measured:.0%})" if measured < 0 else ""
+    return f"{measured:.2f} = {norms:.2f} + {measured - norms:.2f}{share}"
+  rows = [[str(step), *(cell(a, step) for a in found.values())] for step in steps]
+  return markdown.table(["probe step", *found], rows)
+
+
+def order_table(measures) -> str:
+  """Per arm that starves and seed: the probe steps between which the gradient ratio fell below
+  the threshold, the step the loss reached its plateau, and which came first."""
+  rows = []
+  for arm in measures.arms:
+    for t, order in zip(measures.by_arm[arm], measures.orders(arm)):
+      if order is None or order.starved is None:
+        continue
+      rows.append([arm, str(t.overrides.get(collapse.SEED)),
+                   f"({order.last_unstarved if order.last_unstarved is not None else '-'}, {order.starved}]",
+                   "-" if order.plateau is None else str(order.plateau), order.outcome])
+  return markdown.table(["arm", "seed", "ratio falls below the threshold between probe steps",
+                         "loss reaches its plateau at step", "first"], rows) if rows else "No arm's gradient starved."
+
+
 def _mean_over_seeds(pairs, geometric=False):
   """(steps, mean) of several (steps, values) series over the steps they share; the geometric
   mean for a ratio spanning orders of magnitude."""
@@ -408,6 +471,8 @@ def collapse_figures(page, key: str, measures) -> str:
     found = [collapse.gradient_ratios(t) for t in trials]
     if found and None not in found:
       ratio[arm] = _mean_over_seeds(found, geometric=True)
+  factor = {arm: _mean_over_seeds(found) for arm in measures.arms
+            if (found := [collapse.backward_factors(t) for t in measures.by_arm[arm]]) and None not in found}
   lines = _reference_lines(measures.by_arm[measures.arms[0]][0].summary)
   parts = [page.figure(plots.curves(loss, "step", "train loss (nats)", "train loss", hlines=lines,
                                     legend_above=True),
@@ -417,6 +482,12 @@ def collapse_figures(page, key: str, measures) -> str:
                                           log_y=True, legend_above=True),
                              f"{key}_gradient_ratio", "bottom/top residual-gradient ratio over training, "
                                                       "geometric mean over seeds"))
+  if factor and measures.protocol.version >= 2:
+    parts.append(page.figure(plots.curves(factor, "step", "mean |dL/dz| / |dL/dy| over the norm sites",
+                                          "norm backward factor", legend_above=True, hlines={"1": 1.0}),
+                             f"{key}_backward_factor", "the norm's backward factor over training, mean over the "
+                             "sites after the first and over seeds (Pre-LN and Peri-LN: the branch-input norm, "
+                             "off the residual path)"))
   return "\n\n".join(parts)
 
 
@@ -456,9 +527,16 @@ def _data_notes(study) -> list[str]:
   return [f"**Data notes** ({results.NOTES}): {notes.read_text().strip()}"] if notes.is_file() else []
 
 
-def study_section(page, repo, study, index: int) -> str:
+def protocols_of(module, arg) -> list:
+  """The protocol a grid was declared under, then any later one that re-judges its trials."""
+  return [module.protocol(arg), *getattr(module, "rejudged_by", lambda arg: ())(arg)]
+
+
+def study_section(page, repo, study, index: int, protocol=None) -> str:
+  """A study's section judged by `protocol` (default: the one its grid was declared under)."""
   module, arg = results.grid_module(study, repo)
-  protocol = module.protocol(arg)
+  own = module.protocol(arg)
+  protocol = protocol or own
   kind = next((m for m in (depth_growth, collapse) if any(c.metric in m.METRICS for c in protocol.claims)),
               lr_sensitivity)
 
@@ -496,6 +574,13 @@ def study_section(page, repo, study, index: int) -> str:
   elif kind is depth_growth:
     body = ["### Top-layer moments over depth", growth_table(measures), growth_figures(page, key, measures),
             "### Final losses", growth_losses_table(measures)]
+  elif kind is collapse and protocol.version >= 2:
+    body = ["### Per arm and seed", clone_table(measures), collapse_figures(page, key, measures),
+            "### How much of the lost gradient the norms account for",
+            "log10 |dL/dh_1| / |dL/dh_L| = the norms' log10 product (their backward factors from h_1 up "
+            "to h_L) + the branches' (I + J_F, the rest: the factors telescope exactly), mean over seeds; "
+            "in brackets the norms' share.", accounting_table(measures),
+            "### Order of events", order_table(measures)]
   elif kind is collapse:
     body = ["### Per arm", collapse_table(measures), collapse_figures(page, key, measures)]
   elif measures.swept and protocol.outcome_rules >= 2:
@@ -526,14 +611,18 @@ def study_section(page, repo, study, index: int) -> str:
     body = ["### Final loss per arm", final_table(protocol, measures),
             figures(page, key, measures), "### Every grid point", outcome_table(protocol, measures)]
   return "\n\n".join([
-      f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`",
+      f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`"
+      + (f" (protocol {own.version}'s trials, re-judged)" if protocol != own else ""),
+      *([f"Version {protocol.version}'s rules on the trials version {own.version} ran (a new verdict beside "
+         f"version {own.version}'s, which stands): a claim whose arm or probes those trials lack is not testable."]
+        if protocol != own else []),
       f"{protocol.summary} {len(study.trials)} trials, {', '.join(map(str, steps))} steps each."
       f"{intervals} Data: [{study.path.name}/]({study.path.name}/).",
       *_data_notes(study),
       thresholds,
       "### Verdicts",
-      verdict_table(protocol, by_horizon[1.0] if by_horizon else protocol_lib.judge(protocol, measures),
-                    arg.split(",")[0], len(measures.seeds), by_horizon and at_horizons(by_horizon)),
+      verdict_tables(protocol, by_horizon[1.0] if by_horizon else protocol_lib.judge(protocol, measures),
+                     arg.split(",")[0], len(measures.seeds), by_horizon and at_horizons(by_horizon)),
       "### The verdicts with each threshold halved and doubled",
       sensitivity_table(protocol, measures_for),
       *body,
@@ -552,8 +641,10 @@ def write(results_dir, repo=None) -> pathlib.Path:
            "Each study below is judged by the protocol its grid file declares (claims, metrics, "
            "thresholds, seeds: fixed before its runs). `nplace report --results results/ SWEEP_DIR` "
            "files a finished sweep here and regenerates this page."]
-  for i, study in enumerate(results.studies(results_dir)):
-    parts.append(study_section(page, repo, study, i))
+  sections = [(study, protocol) for study in results.studies(results_dir)
+              for protocol in protocols_of(*results.grid_module(study, repo))]
+  for i, (study, protocol) in enumerate(sections):
+    parts.append(study_section(page, repo, study, i, protocol))
   if (results_dir / "v0" / "README.md").is_file():
     parts += ["## Earlier results", EARLIER]
   path = results_dir / "README.md"
