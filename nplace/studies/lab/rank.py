@@ -269,9 +269,22 @@ def sensitivity_measures(study):
   return measures, module, arg
 
 
+def _scored_before(study, configs) -> dict:
+  """The cards of STUDY/lab.json that this rule version scored for these configurations and
+  seeds: a grid filed in parts is scored in parts (a card depends on its config alone)."""
+  path = study.path / SCORES
+  if not path.is_file():
+    return {}
+  record = json.loads(path.read_text())
+  if record.get("rule_version") != lab_checks.RULE_VERSION or record.get("config") != study.config:
+    return {}
+  return {key: {"score": r["score"], "predicted_max_lr": r["predicted_max_lr"], "prediction": r["prediction"]}
+          for r in record["scores"] if (key := (r["arm"], r["shape"], r["seed"])) in configs}
+
+
 def rank_sensitivity(study_dir) -> dict:
   """Scores every configuration and seed of the results study in `study_dir` at its trained
-  shape and init, writes STUDY/lab.json (what `nplace report --results` ranks from) and prints
+  shape and init (keeping those its lab.json already holds from this rule version), writes STUDY/lab.json (what `nplace report --results` ranks from) and prints
   the ranking; returns the record."""
   try:
     study = results.load(study_dir)
@@ -288,7 +301,12 @@ def rank_sensitivity(study_dir) -> dict:
       except (grid.GridError, ConfigError) as e:
         raise UsageError(str(e)) from None
       configs[(arm, shape, seed)] = config
-  cards = measure.measure_all(configs)
+  kept = _scored_before(study, configs)
+  if kept:
+    print(f"lab.json: {len(kept)} configurations and seeds already scored by rule version "
+          f"{lab_checks.RULE_VERSION}, kept; scoring the other {len(configs) - len(kept)}")
+  cards = kept | measure.measure_all({key: c for key, c in configs.items() if key not in kept})
+  cards = {key: cards[key] for key in configs}
   record = {"config": study.config, "rule_version": lab_checks.RULE_VERSION, "rule": lab_checks.RULE,
             "scores": [{"arm": a, "shape": s, "seed": seed, "score": card["score"],
                         "predicted_max_lr": card["predicted_max_lr"], "rule_version": lab_checks.RULE_VERSION,
