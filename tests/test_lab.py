@@ -372,6 +372,30 @@ def test_rank_scores_each_configuration_and_seed_at_its_trained_shape(tmp_path, 
   assert all(f"| {v} | `{c}` |" in page for v, c, _ in lab_checks.RULE_HISTORY)
 
 
+
+def test_a_grid_filed_in_parts_is_scored_in_parts(tmp_path, monkeypatch, capsys):
+  """A second `--rank` scores only the configurations and seeds its lab.json lacks from the
+  same rule version; a lab.json of another rule version is scored again from scratch."""
+  study = results_study(tmp_path, {"pre": (2.0, 3.0), "peri": (2.0, 2.2), "post": (2.0, 4.0)})
+  asked = []
+
+  def measure_all(configs):
+    asked.append(sorted(configs))
+    return {k: {"score": 1.0 + c.seed, "predicted_max_lr": 0.1, "prediction": "p"} for k, c in configs.items()}
+  monkeypatch.setattr(lab, "measure_all", measure_all)
+  assert main.main(["lab", "--rank", str(study)]) == 0
+  record = json.loads((study / "lab.json").read_text())
+  record["scores"] = [r for r in record["scores"] if r["arm"] != "Post"]  # as if Post had been filed later
+  (study / "lab.json").write_text(json.dumps(record))
+  assert main.main(["lab", "--rank", str(study)]) == 0
+  assert asked[1] == sorted(k for k in asked[0] if k[0] == "Post")
+  assert "8 configurations and seeds already scored by rule version 3, kept; scoring the other 4" in capsys.readouterr().out
+  assert len(json.loads((study / "lab.json").read_text())["scores"]) == 12
+  record["rule_version"] = 2
+  (study / "lab.json").write_text(json.dumps(record))
+  assert main.main(["lab", "--rank", str(study)]) == 0
+  assert asked[2] == asked[0]
+
 def test_the_rank_bootstrap_resamples_seeds_in_pairs():
   """Two seeds per configuration that order it oppositely: the interval spans the disagreement;
   perfectly concordant seeds give [1, 1]."""
