@@ -414,7 +414,7 @@ def clone_table(measures) -> str:
       rows.append([arm, str(t.overrides.get(collapse.SEED)),
                    *(markdown.number(f[1][0, -1], 4) if f is not None else "-" for f in similarity),
                    f"{factors[1][0]:.3f} → {factors[1][-1]:.3f}" if factors is not None else "-",
-                   markdown.number(float(ratio[1].min()), 2) if ratio is not None else "-",
+                   f"{ratio[1].min():.2g}" if ratio is not None else "-",  # spans orders of magnitude
                    markdown.number(collapse.plateau_gap(t), 3)])
   return markdown.table(["arm", "seed", "top-block similarity at init", "centered", "mean backward factor, init → end",
                          "smallest gradient ratio", "plateau − frequency loss"], rows)
