@@ -59,6 +59,26 @@ V0_TRIALS = (("post", "softmax", "variance_preserving"), ("pre", "softmax", "var
              ("peri", "softmax", "variance_preserving"), ("post", "centered", "variance_preserving"),
              ("post", "softmax", "gpt2"))  # (placement, attention, init), as protocol 0 ran them
 
+# What both protocols (1 and 2) declare alike, values and wording.
+COLLAPSE_MARGIN = Threshold("collapse_margin", 0.05, "nats: a plateau this close to the frequency loss is "
+                            "collapsed (docs/science.md's definition)")
+MAX_GRADIENT_RATIO = Threshold("max_gradient_ratio", 0.01, "|dL/dh_1| / |dL/dh_L| below this is \"orders of "
+                               "magnitude\" of gradient lost on the way down")
+POST_COLLAPSES = Claim("post_collapses", "48-layer Post-LN sits at the frequency loss: it collapses",
+                       metric="collapses", better="Post-LN", worse="Post-LN")
+CENTERED_ESCAPES = Claim("centered_escapes", "Removing the prefix average (centered attention) stops the collapse",
+                         metric="escapes", better="Post-LN, centered", worse="Post-LN, centered")
+CONTROLS_ESCAPE = (
+    Claim("pre_escapes", "Pre-LN does not collapse", metric="escapes", better="Pre-LN", worse="Pre-LN"),
+    Claim("peri_escapes", "Peri-LN does not collapse", metric="escapes", better="Peri-LN", worse="Peri-LN"),
+)
+GRADIENT_CLAIMS = (
+    Claim("post_gradient_starves", "Post-LN's lower layers lose orders of magnitude of gradient in training",
+          metric="gradient_starves", better="Post-LN", worse="Post-LN"),
+    Claim("pre_gradient_kept", "Pre-LN's lower layers keep their gradient",
+          metric="gradient_kept", better="Pre-LN", worse="Pre-LN"),
+)
+
 PROTOCOL = Protocol(
     name="collapse", version=2,
     summary="48-layer models trained for 2,000 steps (cpu tier), 3 seeds per arm, probed every 25 "
@@ -72,12 +92,10 @@ PROTOCOL = Protocol(
             "this project's findings. Fixed before any run of this version.",
     seeds=3, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95,
     thresholds=(
-        Threshold("collapse_margin", 0.05, "nats: a plateau this close to the frequency loss is collapsed "
-                                           "(docs/science.md's definition)"),
+        COLLAPSE_MARGIN,
         Threshold("clone_similarity", 0.99, "the top block's token similarity at init, raw and centered, at "
                                             "or above this: the tokens are clones"),
-        Threshold("max_gradient_ratio", 0.01, "|dL/dh_1| / |dL/dh_L| below this is \"orders of magnitude\" "
-                                              "of gradient lost on the way down"),
+        MAX_GRADIENT_RATIO,
         Threshold("min_factor_fall", 0.05, "the mean norm backward factor must end this far below its "
                                            "value at init to have fallen"),
         Threshold("min_explained", 0.5, "the norms' product must carry this share of the lost gradient's "
@@ -86,24 +104,18 @@ PROTOCOL = Protocol(
                                          "window lies within collapse_margin of the plateau"),
     ),
     claims=(
-        Claim("post_collapses", "48-layer Post-LN sits at the frequency loss: it collapses",
-              metric="collapses", better="Post-LN", worse="Post-LN"),
-        Claim("centered_escapes", "Removing the prefix average (centered attention) stops the collapse",
-              metric="escapes", better="Post-LN, centered", worse="Post-LN, centered"),
+        POST_COLLAPSES,
+        CENTERED_ESCAPES,
         Claim("centered_escapes_not_by_size", "... and not by shrinking the branch: the control whose "
               "attention is as small at init, with its average, collapses",
               metric="escapes_unlike_control", better="Post-LN, centered", worse=MATCHED_CONTROL),
-        Claim("pre_escapes", "Pre-LN does not collapse", metric="escapes", better="Pre-LN", worse="Pre-LN"),
-        Claim("peri_escapes", "Peri-LN does not collapse", metric="escapes", better="Peri-LN", worse="Peri-LN"),
+        *CONTROLS_ESCAPE,
         Claim("post_clones_at_init", "At init, Post-LN's top-block tokens are clones (similarity ≥ 0.99, "
               "raw and centered)", metric="clones", better="Post-LN", worse="Post-LN"),
         *(Claim(f"no_clones_{key}", f"... and {arm}'s are not", metric="no_clones", better=arm, worse=arm)
           for key, arm in (("gpt2", "Post-LN, GPT-2 init"), ("centered", "Post-LN, centered"),
                            ("pre", "Pre-LN"), ("peri", "Peri-LN"))),
-        Claim("post_gradient_starves", "Post-LN's lower layers lose orders of magnitude of gradient in training",
-              metric="gradient_starves", better="Post-LN", worse="Post-LN"),
-        Claim("pre_gradient_kept", "Pre-LN's lower layers keep their gradient",
-              metric="gradient_kept", better="Pre-LN", worse="Pre-LN"),
+        *GRADIENT_CLAIMS,
         Claim("post_factor_falls", "Post-LN's norm backward factor falls as training grows the branches",
               metric="factor_falls", better="Post-LN", worse="Post-LN"),
         Claim("post_norms_account", "The norms' backward factors account for Post-LN's lost gradient",
@@ -126,30 +138,22 @@ PROTOCOL_V1 = Protocol(
             "before any run of this version.",
     seeds=3, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95,
     thresholds=(
-        Threshold("collapse_margin", 0.05, "nats: a plateau this close to the frequency loss is collapsed "
-                                           "(docs/science.md's definition)"),
+        COLLAPSE_MARGIN,
         Threshold("min_similarity_rise", 0.1, "the top layer's token similarity at init must exceed "
                                               "block 1's by this much for the clones claim"),
-        Threshold("max_gradient_ratio", 0.01, "|dL/dh_1| / |dL/dh_L| below this is \"orders of magnitude\" "
-                                              "of gradient lost on the way down"),
+        MAX_GRADIENT_RATIO,
     ),
     claims=(
-        Claim("post_collapses", "48-layer Post-LN sits at the frequency loss: it collapses",
-              metric="collapses", better="Post-LN", worse="Post-LN"),
+        POST_COLLAPSES,
         Claim("post_gpt2_collapses", "It collapses at GPT-2's scaled init too",
               metric="collapses", better="Post-LN, GPT-2 init", worse="Post-LN, GPT-2 init"),
-        Claim("centered_escapes", "Removing the prefix average (centered attention) stops the collapse",
-              metric="escapes", better="Post-LN, centered", worse="Post-LN, centered"),
-        Claim("pre_escapes", "Pre-LN does not collapse", metric="escapes", better="Pre-LN", worse="Pre-LN"),
-        Claim("peri_escapes", "Peri-LN does not collapse", metric="escapes", better="Peri-LN", worse="Peri-LN"),
+        CENTERED_ESCAPES,
+        *CONTROLS_ESCAPE,
         Claim("clones_at_init", "At init, Post-LN's token similarity rises with depth (the raw cosine)",
               metric="similarity_rises", better="Post-LN", worse="Post-LN"),
         Claim("clones_at_init_centered", "... and with the batch-mean token removed (centered cosine)",
               metric="similarity_centered_rises", better="Post-LN", worse="Post-LN"),
-        Claim("post_gradient_starves", "Post-LN's lower layers lose orders of magnitude of gradient in training",
-              metric="gradient_starves", better="Post-LN", worse="Post-LN"),
-        Claim("pre_gradient_kept", "Pre-LN's lower layers keep their gradient",
-              metric="gradient_kept", better="Pre-LN", worse="Pre-LN"),
+        *GRADIENT_CLAIMS,
         Claim("post_backward_below_one", "Post-LN's norm backward factor is below 1 in training",
               metric="backward_below_one", better="Post-LN", worse="Post-LN"),
     ),

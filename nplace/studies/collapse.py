@@ -49,7 +49,7 @@ METRICS = ("collapses", "escapes", "similarity_rises", "similarity_centered_rise
 STARVED_FIRST, PLATEAU_FIRST, UNRESOLVED = "starved first", "plateau first", "cannot tell"
 
 
-def _series(trial, name):
+def probe_series(trial, name):
   """(steps, values[probe, site]) of a filed probe, or None."""
   probe = trial.probes.get(name)
   if not probe or not probe["steps"]:
@@ -66,7 +66,7 @@ def plateau_gap(trial) -> float:
 
 def similarity_rise(trial, name="similarity") -> float:
   """The top block's value minus block 1's at the first probe (init)."""
-  found = _series(trial, name)
+  found = probe_series(trial, name)
   return math.nan if found is None else float(found[1][0, -1] - found[1][0, 0])
 
 
@@ -78,20 +78,20 @@ def bottom_over_top(grad_h_PL) -> np.ndarray:
 
 def gradient_ratios(trial):
   """(steps, |dL/dh_1| / |dL/dh_L| at each probe), or None."""
-  found = _series(trial, "grad_h")
+  found = probe_series(trial, "grad_h")
   return None if found is None else (found[0], bottom_over_top(found[1]))
 
 
 def backward_factors(trial):
   """(steps, mean factor over the norm sites after the first, at each probe), or None."""
-  found = next((f for f in (_series(trial, name) for name in BACKWARD) if f is not None), None)
+  found = next((f for f in (probe_series(trial, name) for name in BACKWARD) if f is not None), None)
   return None if found is None else (found[0], found[1][:, 1:].mean(axis=1))
 
 
 def top_similarity_at_init(trial) -> float:
   """The top block's similarity at the first probe (init): the smaller of the raw and the
   centered cosine, so that clones must be clones by both."""
-  found = [_series(trial, name) for name in ("similarity", "similarity_centered")]
+  found = [probe_series(trial, name) for name in ("similarity", "similarity_centered")]
   return math.nan if None in found else float(min(f[1][0, -1] for f in found))
 
 
@@ -127,7 +127,7 @@ class Accounting:
 
 def accounting(trial) -> Accounting | None:
   ratio = gradient_ratios(trial)
-  factors = _series(trial, "norm_backward")
+  factors = probe_series(trial, "norm_backward")
   if ratio is None or factors is None or not residual_norms(trial) or list(ratio[0]) != list(factors[0]):
     return None
   # site order: attn_1, mlp_1 (whose output is h_1), attn_2, ...: h_1's cotangent has crossed sites 3..2L
@@ -137,11 +137,11 @@ def accounting(trial) -> Accounting | None:
 def plateau_step(trial, margin: float, window: int) -> int | None:
   """The first logged step from which the mean train loss over the next `window` steps lies
   within `margin` of the plateau (the last quarter's mean): when the loss reached it."""
-  if not trial.loss:
+  level = outcomes.plateau_gap(trial.loss, 0.0)
+  if level is None:
     return None
   steps, values = np.array([s for s, _ in trial.loss]), np.array([v for _, v in trial.loss], np.float64)
-  level = float(np.mean(values[steps >= 0.75 * steps[-1]]))
-  for i, step in enumerate(steps):
+  for step in steps:
     ahead = values[(steps >= step) & (steps < step + window)]
     if abs(ahead.mean() - level) <= margin:
       return int(step)
@@ -237,8 +237,7 @@ class Measures:
     raise ValueError(f"collapse metric {metric!r}: expected one of {', '.join(METRICS)}")
 
   def verdict(self, claim, protocol) -> protocol_lib.Verdict:
-    arms = dict.fromkeys((claim.better, claim.worse))
-    missing = {arm: self.missing_seeds(arm) for arm in arms if self.missing_seeds(arm)}
+    missing = {arm: seeds for arm in dict.fromkeys((claim.better, claim.worse)) if (seeds := self.missing_seeds(arm))}
     if missing:
       return protocol_lib.Verdict(claim, protocol_lib.NOT_TESTABLE, (), None, "every seed filed: missing " + "; ".join(
           f"{arm} seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" for arm, seeds in missing.items()))

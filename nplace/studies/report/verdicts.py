@@ -409,7 +409,7 @@ def clone_table(measures) -> str:
   rows = []
   for arm in measures.arms:
     for t in measures.by_arm[arm]:
-      similarity = [collapse._series(t, name) for name in ("similarity", "similarity_centered")]
+      similarity = [collapse.probe_series(t, name) for name in ("similarity", "similarity_centered")]
       factors, ratio = collapse.backward_factors(t), collapse.gradient_ratios(t)
       rows.append([arm, str(t.overrides.get(collapse.SEED)),
                    *(markdown.number(f[1][0, -1], 4) if f is not None else "-" for f in similarity),
