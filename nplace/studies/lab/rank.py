@@ -245,10 +245,16 @@ class Ranking:
     return protocol_lib.Verdict(claim, verdict, (effect,), None, f"{change} (the interval is over {over})")
 
 
+def _record_of(study) -> dict | None:
+  """A results study's lab.json, or None where the lab has not scored it."""
+  path = study.path / SCORES
+  return json.loads(path.read_text()) if path.is_file() else None
+
+
 def scores_of(study) -> tuple[dict, dict, dict]:
   """(arm, shape, seed) -> score and -> predicted maximum stable rate (rule version 3 on) from a
   results study's lab.json, and the file's header."""
-  record = json.loads((study.path / SCORES).read_text())
+  record = _record_of(study)
   return ({(r["arm"], r["shape"], r["seed"]): r["score"] for r in record["scores"]},
           {(r["arm"], r["shape"], r["seed"]): r["predicted_max_lr"] for r in record["scores"] if "predicted_max_lr" in r},
           {k: v for k, v in record.items() if k != "scores"})
@@ -272,11 +278,8 @@ def sensitivity_measures(study):
 def _scored_before(study, configs) -> dict:
   """The cards of STUDY/lab.json that this rule version scored for these configurations and
   seeds: a grid filed in parts is scored in parts (a card depends on its config alone)."""
-  path = study.path / SCORES
-  if not path.is_file():
-    return {}
-  record = json.loads(path.read_text())
-  if record.get("rule_version") != lab_checks.RULE_VERSION or record.get("config") != study.config:
+  record = _record_of(study)
+  if record is None or record.get("rule_version") != lab_checks.RULE_VERSION or record.get("config") != study.config:
     return {}
   return {key: {"score": r["score"], "predicted_max_lr": r["predicted_max_lr"], "prediction": r["prediction"]}
           for r in record["scores"] if (key := (r["arm"], r["shape"], r["seed"])) in configs}
