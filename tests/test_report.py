@@ -121,6 +121,22 @@ def test_results_file_a_sweep_and_regenerate_the_readme_from_them_alone(grid, tm
   assert (results_dir / "README.md").read_text() == text
 
 
+def test_a_grid_filed_in_parts_from_two_sweep_directories_keeps_both_parts(grid, tmp_path, capsys):
+  results_dir = tmp_path / "results"
+  results_dir.mkdir()
+  report("--results", results_dir, grid, capsys=capsys)
+  path = results_dir / "stability_test" / "trials.jsonl"
+  filed = [json.loads(line) for line in path.read_text().splitlines()]
+  earlier = {**filed[0], "name": "part_1_trial", "overrides": {**filed[0]["overrides"], "seed": 7}}
+  path.write_text("".join(json.dumps(t) + "\n" for t in [earlier, *filed[1:]]))  # a part filed from elsewhere
+  out = report("--results", results_dir, grid, capsys=capsys)
+  assert "filed 4 trials" in out and "(beside 1 filed before)" in out
+  names = [json.loads(line)["name"] for line in path.read_text().splitlines()]
+  assert names == ["part_1_trial", *(t["name"] for t in filed[1:]), filed[0]["name"]]  # re-filed in place, new at the end
+  rows = table((results_dir / "README.md").read_text(), "| shape | arm | lr |")
+  assert [(r["arm"], r["diverged"]) for r in rows] == [("Pre-LN", "3"), ("Peri-LN", "0")]  # both parts judged
+
+
 def test_study_a_table_counts_what_the_summaries_say(grid, tmp_path, env):
   out = tmp_path / "report"
   done = nplace("report", grid, "--out", out, env=env)

@@ -45,8 +45,9 @@ def main(argv):
       raise UsageError(f"--results {fv.results!r}: no such directory")
     try:
       for d in dirs:
-        study = results.export(d, fv.results, _trained_config)
-        print(f"filed {len(study.trials)} trials of {d} in {study.path}")
+        study, kept = results.export(d, fv.results, _trained_config)
+        print(f"filed {len(study.trials) - kept} trials of {d} in {study.path}"
+              + (f" (beside {kept} filed before)" if kept else ""))
       path = verdicts.write(fv.results)
     except runs.RunsError as e:
       raise UsageError(str(e)) from None

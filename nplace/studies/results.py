@@ -6,6 +6,7 @@ logged train loss `[[step, loss], ...]` (rounded to `DIGITS` decimals: every ste
 `train.log_every=1`), the validation loss at every evaluation, its warmup and vocabulary size,
 and for a probed run the probes the verdicts read (`PROBED`), per layer at every probed step. A
 few KB a trial, ~15 KB at every step's loss.
+A grid run in parts (a sweep directory each) is filed part by part into the same NAME.
 `results/NAME/NOTES.md`, where present, says which trials were rerun and why; the page prints it.
 """
 import dataclasses
@@ -82,9 +83,12 @@ def name_of(config: str) -> str:
   return re.sub(r"[^\w.-]+", "_", "_".join(p for p in (pathlib.Path(file).stem, arg) if p))
 
 
-def export(sweep_dir, results_dir, config_of) -> Study:
-  """Files the finished trials of the sweep in `sweep_dir` as RESULTS/NAME (`name_of` its grid);
-  `config_of(run)` is the config its command trains."""
+def export(sweep_dir, results_dir, config_of) -> tuple[Study, int]:
+  """Files the finished trials of the sweep in `sweep_dir` as RESULTS/NAME (`name_of` its grid),
+  beside the trials of the same grid filed there before from other sweep directories (a grid
+  run in parts, each part its own sweep): a trial filed again replaces its record in place,
+  the others stay. `config_of(run)` is the config its command trains. Returns the study and
+  how many trials it kept from before."""
   source = runs_lib.load(sweep_dir)
   if not source.config:
     raise runs_lib.RunsError(f"{sweep_dir}: not a sweep (no sweep.json): only sweeps are filed as results")
@@ -101,10 +105,14 @@ def export(sweep_dir, results_dir, config_of) -> Study:
   if not trials:
     raise runs_lib.RunsError(f"{sweep_dir}: no finished trials to file")
   into = pathlib.Path(results_dir) / name_of(source.config)
+  filed = load(into) if (into / GRID).is_file() else None
+  before = filed.trials if filed and filed.config == source.config else []
+  new = {t.name: t for t in trials}
+  merged = [new.pop(t.name, t) for t in before] + list(new.values())
   into.mkdir(parents=True, exist_ok=True)
   (into / GRID).write_text(json.dumps({"config": source.config}, indent=2) + "\n")
-  (into / TRIALS).write_text("".join(t.to_json() + "\n" for t in trials))
-  return Study(into, source.config, trials)
+  (into / TRIALS).write_text("".join(t.to_json() + "\n" for t in merged))
+  return Study(into, source.config, merged), len(merged) - len(trials)
 
 
 def load(path) -> Study:
