@@ -251,10 +251,12 @@ def _record_of(study) -> dict | None:
   return json.loads(path.read_text()) if path.is_file() else None
 
 
-def scores_of(study) -> tuple[dict, dict, dict]:
+def scores_of(study) -> tuple[dict, dict, dict] | None:
   """(arm, shape, seed) -> score and -> predicted maximum stable rate (rule version 3 on) from a
-  results study's lab.json, and the file's header."""
+  results study's lab.json, and the file's header; None where the lab has not scored it."""
   record = _record_of(study)
+  if record is None:
+    return None
   return ({(r["arm"], r["shape"], r["seed"]): r["score"] for r in record["scores"]},
           {(r["arm"], r["shape"], r["seed"]): r["predicted_max_lr"] for r in record["scores"] if "predicted_max_lr" in r},
           {k: v for k, v in record.items() if k != "scores"})

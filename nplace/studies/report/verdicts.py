@@ -498,8 +498,12 @@ def thresholds_table(protocol) -> str:
 
 def lab_part(study, measures, tier: str) -> list[str]:
   """The lab's init-time score of each configuration against its LR sensitivity, judged by the
-  lab's ranking protocol, from STUDY/lab.json (`nplace lab --rank STUDY`)."""
-  scores, predicted, header = lab_rank.scores_of(study)
+  lab's ranking protocol, from STUDY/lab.json (`nplace lab --rank STUDY`); nothing where the lab
+  has not scored the study."""
+  scored = lab_rank.scores_of(study)
+  if scored is None:
+    return []
+  scores, predicted, header = scored
   protocol = lab_rank.protocol_for(measures.protocol)
 
   def ranking_for(p):
@@ -597,16 +601,14 @@ def study_section(page, repo, study, index: int, protocol=None) -> str:
       body.insert(0, "**Partly run**: not yet filed: " + ", ".join(
           f"{shape} ({n} trials)" for shape, n in measures.missing.items())
           + ". Claims are not testable until every part has landed; each says what its finished parts show.")
-    if (study.path / lab_rank.SCORES).is_file():
-      body += lab_part(study, measures, arg.split(",")[0])
+    body += lab_part(study, measures, arg.split(",")[0])
   elif measures.swept:
     body = ["### Learning-rate sensitivity per arm",
             "Per seed over the sweep's learning rates, then mean over seeds [interval]: "
             "mean(min(loss, cap)) − min(loss); a diverged run counts as the cap.",
             arm_table(protocol, measures), "### Final loss vs learning rate", figures(page, key, measures),
             "### Every grid point", outcome_table(protocol, measures)]
-    if (study.path / lab_rank.SCORES).is_file():
-      body += lab_part(study, measures, arg.split(",")[0])
+    body += lab_part(study, measures, arg.split(",")[0])
   else:
     body = ["### Final loss per arm", final_table(protocol, measures),
             figures(page, key, measures), "### Every grid point", outcome_table(protocol, measures)]
