@@ -114,13 +114,17 @@ def test_train_into_a_missing_bucket_is_one_line_before_anything_starts(gcs, tmp
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# One CPU device each: the fixture runs two trainings side by side beside the other xdist worker,
+# and split into a device per core their all-reduces waited on a starved device thread past XLA
+# CPU's 40 s rendezvous limit, aborting a run (twice in 14-minute suites). The split is tested
+# in test_cpu_split.py; what these tests check, the bucket, is the same on one device.
 RUN = [  # tiny peri, 8 steps: checkpoints at 4 and 8, eval at 0, 4, 8, probes (with images) at 0 and 8
     "--config", str(ROOT / "experiments/tiny.py:peri"), "--config.train.steps=8",
     "--config.model.n_layer=2", "--config.model.d_model=32", "--config.data.seq_len=16",
     "--config.data.synthetic_tokens=65536", "--config.train.batch_size=8", "--config.train.log_every=1",
     "--config.train.eval_every=4", "--config.train.eval_batches=1", "--config.checkpoint.every=4",
     "--config.probe.every=8", "--config.probe.batch_size=2", "--config.probe.hutchinson_probes=2",
-    "--config.probe.power_iters=0", "--config.model.attention_impl=dot_product",
+    "--config.probe.power_iters=0", "--config.model.attention_impl=dot_product", "--config.train.cpu_devices=1",
 ]
 GCSFS_NOISE = ("Could not determine bucket type", "WARNING:gcsfs", "ERROR:gcsfs")
 
@@ -262,6 +266,7 @@ def get_config(arg=""):
   c.optim.warmup_steps = 2
   c.checkpoint.every = 4
   c.eval.rouge = False
+  c.train.cpu_devices = 1
   return c
 
 
