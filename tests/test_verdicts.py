@@ -100,3 +100,7 @@ def test_a_protocol_2_growth_grid_is_judged_per_seed_and_a_missing_seed_is_not_t
   page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   assert "**not testable at this tier**" in next(line for line in page.splitlines() if "(`pre_exponential`)" in line)
   assert "**Partly run**: not yet filed: Pre-LN (1 trials)" in page
+  shallow = [t for t in trials if t.overrides["model.n_layer"] != 96]  # a part filed without the deepest
+  (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in shallow))
+  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  assert "3 seeds at depths 3, 6, 12, 24, 48, 96 and" in page and "from r = 0.0148 per layer" in page

@@ -161,6 +161,8 @@ class SeedMeasures:
     self.shapes = [self.SHAPE]
     self.seeds = sorted({seed for points in self.points.values() for _, seed in points}, key=str)
     self.depths = sorted({depth for points in self.points.values() for depth, _ in points})
+    # The power statement belongs to the design, not to the part of it filed so far.
+    self.declared_depths = sorted({int(o[DEPTH]) for o in expected if DEPTH in o}) or self.depths
     self.missing = {}
     for overrides in expected:
       arm = protocol_lib.arm_of(arms, overrides)

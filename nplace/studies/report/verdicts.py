@@ -327,9 +327,9 @@ def growth_seed_table(measures) -> str:
 
 def growth_power_line(protocol, measures) -> str:
   """The design's power, from the declaration alone (depth_growth.detectable_rate)."""
-  rate = depth_growth.detectable_rate(measures.depths, protocol.seeds, protocol.threshold("min_slope_rise"),
+  rate = depth_growth.detectable_rate(measures.declared_depths, protocol.seeds, protocol.threshold("min_slope_rise"),
                                       protocol.threshold("assumed_log_noise"), protocol.interval)
-  return (f"The design's power: with {protocol.seeds} seeds at depths {', '.join(map(str, measures.depths))} and "
+  return (f"The design's power: with {protocol.seeds} seeds at depths {', '.join(map(str, measures.declared_depths))} and "
           f"per-seed noise {protocol.threshold('assumed_log_noise'):g} in log growth, growth e^(rD) is called "
           f"exponential with probability 0.8 from r = {rate:.3g} per layer.")
 
