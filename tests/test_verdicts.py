@@ -104,3 +104,9 @@ def test_a_protocol_2_growth_grid_is_judged_per_seed_and_a_missing_seed_is_not_t
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in shallow))
   page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   assert "3 seeds at depths 3, 6, 12, 24, 48, 96 and" in page and "from r = 0.0148 per layer" in page
+  assert "are left out" not in page
+  shrunk = next(t for t in trials if t.overrides["model.placement"] == "peri")
+  shrunk.probes["mean_abs"]["values"].reverse()  # its stream ends below where it started
+  (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
+  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  assert "seeds whose growth is not positive at some depth are left out: Peri-LN 1 of 3]" in page

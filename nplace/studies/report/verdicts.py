@@ -370,16 +370,20 @@ def massive_table(measures) -> str:
 
 
 def growth_seed_figure(page, key: str, measures) -> str:
-  series = {}
+  series, left_out = {}, []
   for arm in measures.arms:
-    found = [measures.growth(arm, s) for s in measures.seeds]
-    found = [f for f in found if f is not None and all(g > 0 for g in f[1])]
+    grown = [measures.growth(arm, s) for s in measures.seeds]
+    found = [f for f in grown if f is not None and all(g > 0 for g in f[1])]
     if found:
       series[arm] = (np.array(found[0][0]), np.exp(np.mean([np.log(g) for _, g in found], axis=0)))
+    if len(found) < len(grown):  # a log axis cannot draw a growth <= 0
+      left_out.append(f"{arm} {len(grown) - len(found)} of {len(grown)}")
   fig = plots.curves(series, "depth D", "top layer's mean |h| growth above init", "growth", log_y=True, log_x=True,
                      legend_above=True)
   return page.figure(fig, f"{key}_growth", "top layer's mean |h| at the end minus at init vs depth (log-log), "
-                                          "geometric mean over seeds")
+                                          "geometric mean over seeds" + (
+                         "; seeds whose growth is not positive at some depth are left out: " + ", ".join(left_out)
+                         if left_out else ""))
 
 
 def _seed_values(values, digits=3) -> str:
