@@ -94,7 +94,7 @@ PROTOCOL = Protocol(
     thresholds=(
         COLLAPSE_MARGIN,
         Threshold("clone_similarity", 0.99, "the top block's token similarity at init, raw and centered, at "
-                                            "or above this: the tokens are clones"),
+                                            "or above this: the tokens are clones", bound=1.0),
         MAX_GRADIENT_RATIO,
         Threshold("min_factor_fall", 0.05, "the mean norm backward factor must end this far below its "
                                            "value at init to have fallen"),

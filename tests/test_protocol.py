@@ -82,6 +82,16 @@ def test_sensitivity_judges_again_at_half_and_double_each_threshold():
   assert PROTOCOL.threshold("min_effect") == 0.1  # scaling makes a new protocol
 
 
+def test_a_bounded_threshold_is_varied_by_its_distance_to_the_bound():
+  """A similarity threshold of 0.99 doubled would be 1.98, which no similarity reaches: the
+  sensitivity table would show a verdict change no data could make."""
+  similarity = p.Threshold("similarity", 0.99, "a cosine", bound=1.0)
+  bounded = dataclasses.replace(PROTOCOL, thresholds=(*PROTOCOL.thresholds, similarity))
+  values = [value for name, value, _ in p.sensitivity(bounded, lambda protocol: fake(0.15, 0.0))
+            if name == "similarity"]
+  assert values == pytest.approx([0.995, 0.99, 0.98])
+
+
 def test_welch_t_intervals_match_scipy_and_a_bootstrap_of_3_seeds_is_their_range():
   """Protocol 2's intervals: Welch's t-interval of a difference of means (scipy's own), and of
   one mean; the version-1 bootstrap's 95% interval over 3 seeds is just [min, max]."""

@@ -26,6 +26,13 @@ class Threshold:
   name: str
   value: float
   doc: str
+  bound: float | None = None  # the value no measure can pass (a similarity's 1): varied by its distance to it
+
+  def scaled(self, factor: float) -> "Threshold":
+    """Halving or doubling a bounded threshold's value could push it past the bound, where it
+    changes verdicts trivially; its distance to the bound is what is halved or doubled instead."""
+    value = self.value * factor if self.bound is None else self.bound - (self.bound - self.value) * factor
+    return dataclasses.replace(self, value=value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,9 +70,9 @@ class Protocol:
     return next(t.value for t in self.thresholds if t.name == name)
 
   def scaled(self, name: str, factor: float) -> "Protocol":
-    """This protocol with one threshold multiplied by `factor` (for the sensitivity table)."""
+    """This protocol with one threshold scaled by `factor` (`Threshold.scaled`; for the sensitivity table)."""
     return dataclasses.replace(self, thresholds=tuple(
-        dataclasses.replace(t, value=t.value * factor) if t.name == name else t for t in self.thresholds))
+        t.scaled(factor) if t.name == name else t for t in self.thresholds))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,11 +232,12 @@ def judge_one(claim: Claim, protocol: Protocol, measures, rng) -> Verdict:
 
 
 def sensitivity(protocol: Protocol, measures_for) -> list[tuple[str, float, list[str]]]:
-  """For each threshold at half, its value and double: (threshold, value, [verdict per claim]).
+  """For each threshold at half, its value and double (`Threshold.scaled`): (threshold, value,
+  [verdict per claim]).
   `measures_for(protocol)` measures the grid under a protocol (outcomes depend on thresholds)."""
   rows = []
   for t in protocol.thresholds:
     for factor in (0.5, 1.0, 2.0):
       scaled = protocol.scaled(t.name, factor)
-      rows.append((t.name, t.value * factor, [v.verdict for v in judge(scaled, measures_for(scaled))]))
+      rows.append((t.name, scaled.threshold(t.name), [v.verdict for v in judge(scaled, measures_for(scaled))]))
   return rows

@@ -101,6 +101,9 @@ def sensitivity_table(protocol, measures_for) -> str:
     return ", ".join(f"`{t.name}`" for t in protocol.thresholds if (t.name in changing) == changes)
   line = (f"Thresholds that change a verdict within half to double their value: {names(True)}; that change none: "
           f"{names(False) or '-'}." if changing else "No threshold changes a verdict within half to double its value.")
+  bounded = [f"`{t.name}`'s distance to {t.bound:g}" for t in protocol.thresholds if t.bound is not None]
+  if bounded:
+    line += f" A bounded threshold is varied by its distance to the bound: {', '.join(bounded)}, halved and doubled."
   return markdown.table(["threshold", "value", *(f"`{c.id}`" for c in protocol.claims)], rows) + "\n\n" + line
 
 
