@@ -52,3 +52,16 @@ def test_a_legend_above_wraps_into_rows_inside_the_figure():
   assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height
   assert box.y0 >= fig.axes[0].get_window_extent().y1 - 1  # above the axes, clear of the data
   assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == labels
+
+
+def test_a_log_x_axis_over_one_to_two_decades_has_no_overlapping_labels():
+  """The growth figure (depth 3 to 96, log-log): matplotlib's own minor labels, 3x10^0 4x10^0
+  ..., ran into each other there."""
+  depths = [3, 6, 12, 24, 48, 96]
+  fig = plots.curves({"pre": (depths, [0.3, 0.5, 0.7, 1.1, 2.0, 3.1])}, "depth D", "growth", "growth",
+                     log_y=True, log_x=True)
+  assert not misplaced_texts(fig)
+  fig.canvas.draw()
+  shown = [t.get_text() for t in fig.axes[0].get_xticklabels(minor=True) + fig.axes[0].get_xticklabels()
+           if t.get_text()]
+  assert {"10", "50"} <= set(shown), shown

@@ -160,11 +160,17 @@ def set_ylim(ax, values, log, fixed=None):
     ax.set_ylim(*lo_hi)
 
 
+def set_log_scale(ax, axis: str) -> None:
+  """A log `axis` ("x" or "y") with plain "0.6", "1e-05" labels, minor ones too where it is short
+  (a one-decade axis has one major tick; matplotlib's own minor labels overlap on 1-2 decades)."""
+  getattr(ax, f"set_{axis}scale")("log")
+  getattr(ax, f"{axis}axis").set_major_formatter(LogLabels(minor=False))
+  getattr(ax, f"{axis}axis").set_minor_formatter(LogLabels(minor=True))
+
+
 def set_yscale(ax, log):
-  if log:  # plain "0.6", "1e-05" labels, minor ones too (a one-decade axis has one major tick)
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(LogLabels(minor=False))
-    ax.yaxis.set_minor_formatter(LogLabels(minor=True))
+  if log:
+    set_log_scale(ax, "y")
   else:
     ax.yaxis.set_major_formatter(ticker.ScalarFormatter(useOffset=False))
 
@@ -179,7 +185,7 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None,
   fig, ax = new_figure(top=MARGINS["top"] - LEGEND_ROW * (rows - 1))
   set_yscale(ax, log_y)
   if log_x:
-    ax.set_xscale("log")
+    set_log_scale(ax, "x")
   shown = []
   for label, (x, y) in series.items():
     y = np.asarray(y, np.float64)
@@ -218,7 +224,7 @@ def sweep(arms, xlabel, ylabel, cap: float, hlines=None) -> Figure:
   The rates at which every trial of every arm failed are shaded: the failure region."""
   columns = 2  # arm labels run long ("Peri-LN, no weight decay"): three a row leave the figure
   fig, ax = new_figure(top=MARGINS["top"] - LEGEND_ROW * (math.ceil(len(arms) / columns) - 1))
-  ax.set_xscale("log")
+  set_log_scale(ax, "x")
   colors, handles, shown = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"], [], [np.array([cap])]
   for label, arm in arms.items():
     color = colors[arm["color"] % len(colors)]
