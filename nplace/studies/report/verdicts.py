@@ -543,11 +543,11 @@ def protocols_of(module, arg) -> list:
   return [module.protocol(arg), *getattr(module, "rejudged_by", lambda arg: ())(arg)]
 
 
-def study_section(page, repo, study, index: int, protocol=None) -> str:
-  """A study's section judged by `protocol` (default: the one its grid was declared under)."""
-  module, arg = results.grid_module(study, repo)
+def study_section(page, study, grid_module, index: int, protocol) -> str:
+  """A study's section judged by `protocol`: the one its grid (`results.grid_module`) was
+  declared under, or a later one that re-judges its trials."""
+  module, arg = grid_module
   own = module.protocol(arg)
-  protocol = protocol or own
   kind = next((m for m in (depth_growth, collapse) if any(c.metric in m.METRICS for c in protocol.claims)),
               lr_sensitivity)
 
@@ -562,6 +562,7 @@ def study_section(page, repo, study, index: int, protocol=None) -> str:
   measures = measures_for(protocol)
   by_horizon = horizon_verdicts(protocol, measures_for) if len(protocol.horizons) > 1 else None
   key = f"{index}_{pathlib.Path(study.path).name}"
+  tier = arg.split(",")[0]
   thresholds = thresholds_table(protocol)
   steps = sorted({t.summary.step for t in study.trials})
   if kind is not lr_sensitivity:
@@ -608,17 +609,17 @@ def study_section(page, repo, study, index: int, protocol=None) -> str:
       body.insert(0, "**Partly run**: not yet filed: " + ", ".join(
           f"{shape} ({n} trials)" for shape, n in measures.missing.items())
           + ". Claims are not testable until every part has landed; each says what its finished parts show.")
-    body += lab_part(study, measures, arg.split(",")[0])
   elif measures.swept:
     body = ["### Learning-rate sensitivity per arm",
             "Per seed over the sweep's learning rates, then mean over seeds [interval]: "
             "mean(min(loss, cap)) − min(loss); a diverged run counts as the cap.",
             arm_table(protocol, measures), "### Final loss vs learning rate", figures(page, key, measures),
             "### Every grid point", outcome_table(protocol, measures)]
-    body += lab_part(study, measures, arg.split(",")[0])
   else:
     body = ["### Final loss per arm", final_table(protocol, measures),
             figures(page, key, measures), "### Every grid point", outcome_table(protocol, measures)]
+  if kind is lr_sensitivity and measures.swept:
+    body += lab_part(study, measures, tier)
   return "\n\n".join([
       f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`"
       + (f" (protocol {own.version}'s trials, re-judged)" if protocol != own else ""),
@@ -631,7 +632,7 @@ def study_section(page, repo, study, index: int, protocol=None) -> str:
       thresholds,
       "### Verdicts",
       verdict_tables(protocol, by_horizon[1.0] if by_horizon else protocol_lib.judge(protocol, measures),
-                     arg.split(",")[0], len(measures.seeds), by_horizon and at_horizons(by_horizon)),
+                     tier, len(measures.seeds), by_horizon and at_horizons(by_horizon)),
       "### The verdicts with each threshold halved and doubled",
       sensitivity_table(protocol, measures_for),
       *body,
@@ -650,10 +651,10 @@ def write(results_dir, repo=None) -> pathlib.Path:
            "Each study below is judged by the protocol its grid file declares (claims, metrics, "
            "thresholds, seeds: fixed before its runs). `nplace report --results results/ SWEEP_DIR` "
            "files a finished sweep here and regenerates this page."]
-  sections = [(study, protocol) for study in results.studies(results_dir)
-              for protocol in protocols_of(*results.grid_module(study, repo))]
-  for i, (study, protocol) in enumerate(sections):
-    parts.append(study_section(page, repo, study, i, protocol))
+  sections = [(study, grid_module, protocol) for study in results.studies(results_dir)
+              for grid_module in [results.grid_module(study, repo)] for protocol in protocols_of(*grid_module)]
+  for i, (study, grid_module, protocol) in enumerate(sections):
+    parts.append(study_section(page, study, grid_module, i, protocol))
   if (results_dir / "v0" / "README.md").is_file():
     parts += ["## Earlier results", EARLIER]
   path = results_dir / "README.md"
