@@ -1,12 +1,16 @@
 """Study A (Kan et al. 2025): is Peri-LN less sensitive to the learning rate than Pre-LN, does it
 fail less often or at higher rates, and does dt=0.1 help? Judged by the pre-registered
-protocols below (`PROTOCOL`, version 2; `PROTOCOL_V1` and `PROTOCOL_V0` kept beside it).
+protocols below (`PROTOCOL_V3`, version 3, which widens version 2's cpu sweep; `PROTOCOL`,
+version 2; `PROTOCOL_V1` and `PROTOCOL_V0` kept beside them).
 
 `experiments/stability.py:VARIANT`, VARIANT one of
   cpu          protocol 2 on this machine's tier: Pre-LN and Peri-LN (both with weight decay 0.1
                and 0) and Peri-LN dt=0.1 x depth {6, 12} at width 32 x 7 learning rates (1e-3 ..
                1, half-decade steps) x 5 seeds, 1,000 steps of 16 x 64 tokens (1M tokens a
                trial), every step's loss logged, evaluated at 1/4, 1/2 and the end (350 trials)
+  cpu_wide     protocol 3: cpu's grid with the sweep widened to lr 10 (9 rates, 450 trials). Its
+               rates up to 1 are cpu's filed trials, reused (`reuses`); run only the new ones:
+               `--only 'lr=(3.16228|10),'` (100 trials, ~1.5 h at --batch 15)
   gpu          protocol 2 for one H100/H200-class card: depth {12, 24} at width 256, 2,000 steps
                of 16 x 256 tokens in bfloat16 (run it with --batch 15); not yet run
   paper[,SIZE] protocol 2's arms on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText
@@ -22,6 +26,8 @@ protocols below (`PROTOCOL`, version 2; `PROTOCOL_V1` and `PROTOCOL_V0` kept bes
 the grid (in parts: `--only 'n_layer=6,'`); `nplace report --results results/ runs/stability`
 files it into results/ and regenerates results/README.md, which judges it by its protocol.
 """
+import dataclasses
+
 import ml_collections
 
 from nplace.config import base_config
@@ -120,6 +126,17 @@ PROTOCOL = Protocol(
               metric="divergences", better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay"),
     ),
 )
+# Protocol 3: at protocol 2's top rate (1) Peri-LN still learned in every seed and shape, so its
+# failure region and maximum stable rate were not reached; a decade more, nothing else changed.
+LRS_V3 = tuple(10 ** (e / 2) for e in range(-6, 3))
+PROTOCOL_V3 = dataclasses.replace(
+    PROTOCOL, version=3,
+    summary="Protocol 2 on its cpu grid with the learning-rate sweep widened by a decade, to 10 (4 "
+            "decades, 9 rates): at protocol 2's top rate of 1 every Peri-LN seed still learned, so "
+            "its failure region was not reached. Rules, thresholds, claims, arms, seeds and trial "
+            "config are protocol 2's; its filed trials are reused at the rates up to 1. Declared "
+            "after protocol 2's results and before any run at the new rates: its verdicts differ "
+            "from protocol 2's only through those rates.")
 """Protocol 2's rules, beyond those of `outcomes.classify(rules=2)` and its thresholds:
 - LR sensitivity and best loss as in protocol 1, with a diverged seed counted as the cap (ln V)
   in the mean curve and in "best lr": a rate where some seeds diverged cannot be best.
@@ -172,7 +189,7 @@ V0_PLACEMENTS = (_model("pre"), _model("peri"), _model("peri", dt=0.1), _model("
 V0_STRESS_LR = 3e-2  # protocol 0: the lowest rate of its scan at which Pre-LN stopped learning
 V0_SCAN_LRS = (1e-3, 3e-3, 1e-2, 3e-2)
 V0_PAPER_SCAN_LRS = (3e-4, 6e-4, 1.2e-3, 2.4e-3)
-VARIANTS = ("cpu", "gpu", "paper", "v1_cpu", "v1_gpu", "v1_paper", "v0_stress", "v0_lr_scan", "v0_paper",
+VARIANTS = ("cpu", "cpu_wide", "gpu", "paper", "v1_cpu", "v1_gpu", "v1_paper", "v0_stress", "v0_lr_scan", "v0_paper",
             "v0_paper_lr_scan")
 
 
@@ -237,14 +254,22 @@ def _split(arg: str) -> tuple[str, str]:
 def protocol(arg: str = "cpu") -> Protocol:
   """The protocol a variant's results are judged by."""
   variant, _ = _split(arg)
+  if variant == "cpu_wide":
+    return PROTOCOL_V3
   return {"v0": PROTOCOL_V0, "v1": PROTOCOL_V1}.get(variant[:2], PROTOCOL)
+
+
+def reuses(arg: str = "cpu") -> str | None:
+  """The variant whose filed trials this one's grid shares (same config and names), judged as
+  its own: cpu_wide's rates up to 1 are cpu's trials."""
+  return "cpu" if _split(arg)[0] == "cpu_wide" else None
 
 
 def get_config(arg: str = "cpu"):
   variant, size = _split(arg)
   if variant.startswith("v0"):
     return _paper(size) if "paper" in variant else _v0_stress()
-  tier, v1 = variant.removeprefix("v1_"), variant.startswith("v1")
+  tier, v1 = variant.removeprefix("v1_").removesuffix("_wide"), variant.startswith("v1")
   # protocol 2's cpu trials see 1M tokens: protocol 1's 300 steps were half a token per parameter
   c = {"cpu": lambda: _small(300 if v1 else 1000, 16, 64), "gpu": _gpu, "paper": lambda: _paper(size)}[tier]()
   return c if v1 else _v2(c)
@@ -252,10 +277,11 @@ def get_config(arg: str = "cpu"):
 
 def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
-  if variant.removeprefix("v1_") in TIERS:
-    tier, v1 = variant.removeprefix("v1_"), variant.startswith("v1")
+  if variant.removeprefix("v1_").removesuffix("_wide") in TIERS:
+    tier, v1 = variant.removeprefix("v1_").removesuffix("_wide"), variant.startswith("v1")
     depths, widths, seeds = (TIERS if v1 else TIERS_V2)[tier]
     lrs = {(True, "paper"): PAPER_LRS, (False, "paper"): PAPER_LRS_V2}.get((v1, tier), LRS if v1 else LRS_V2)
+    lrs = LRS_V3 if variant == "cpu_wide" else lrs
     shapes = [{}] if tier == "paper" else [{"model.n_layer": d, "model.d_model": w}
                                            for d in depths for w in widths]
     return [{**shape, **arm, "optim.lr": lr, "seed": seed}

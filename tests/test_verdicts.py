@@ -42,7 +42,7 @@ def _constructed_trial(overrides: dict, steps=1000, vocab=512, freq=4.48, rate=1
     loss, final = [(s, 6.3 if s < 60 else 7.5) for s, _ in loss], 7.4
   val = [(s, final if fails and pre else dict(loss)[s]) for s in range(0, steps + 1, steps // 4)]
   summary = Summary(val_loss=final, frequency_loss=freq, entropy_rate=rate, step=steps)
-  return Trial(",".join(f"{k}={v}" for k, v in overrides.items()), overrides, summary, loss, 50, vocab, val_loss=val)
+  return Trial(grid.trial_name(overrides), overrides, summary, loss, 50, vocab, val_loss=val)
 
 
 def test_a_protocol_2_study_run_in_part_is_judged_at_every_horizon_and_says_what_is_missing(tmp_path):
@@ -67,6 +67,26 @@ def test_a_protocol_2_study_run_in_part_is_judged_at_every_horizon_and_says_what
   assert "| 0.1, 0.1, 0.1, 0.1, 0.1 |" in row and "| 10 / 0 of 35 |" in row and row.endswith("| yes |")
   peri = next(line for line in page.splitlines() if line.startswith("| depth 6, width 32 | Peri-LN |"))
   assert "| 0.32, 0.32, 0.32, 0.32, 0.32 |" in peri and "| 0 / 5 of 35 |" in peri
+
+
+def test_a_widened_grid_is_judged_on_its_own_trials_and_the_ones_it_reuses(tmp_path):
+  """Study A's protocol 3 (`stability.py:cpu_wide`) files only the rates above protocol 2's top;
+  its page judges all 9 rates, protocol 2's filed trials included, and says whose they are."""
+  module = grid.load_module(RESULTS.parent / "experiments" / "stability.py")
+  for variant, keep in (("cpu", lambda o: True),
+                        ("cpu_wide", lambda o: o["model.n_layer"] == 6 and o["optim.lr"] > 1)):
+    study = tmp_path / "results" / f"stability_{variant}"
+    study.mkdir(parents=True)
+    (study / "grid.json").write_text(json.dumps({"config": f"experiments/stability.py:{variant}"}))
+    trials = [_constructed_trial(o) for o in module.get_sweep(variant) if keep(o)]
+    (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
+  assert module.get_config("cpu_wide").to_dict() == module.get_config("cpu").to_dict()
+  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  wide = page.split("## stability, protocol v3")[1]
+  assert "400 trials" in wide and "350 trials of [stability_cpu/](stability_cpu/), the grid it widens" in wide
+  assert "**Partly run**: not yet filed: depth 12, width 32 (50 trials)" in wide
+  row = next(line for line in wide.splitlines() if line.startswith("| depth 6, width 32 | Peri-LN |"))
+  assert "| 0 / 15 of 45 |" in row, row  # its failures at 1, 3.2 and 10, 5 seeds each
 
 
 def _growth_trial(overrides: dict, steps=1000):

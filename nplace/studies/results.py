@@ -6,7 +6,9 @@ logged train loss `[[step, loss], ...]` (rounded to `DIGITS` decimals: every ste
 `train.log_every=1`), the validation loss at every evaluation, its warmup and vocabulary size,
 and for a probed run the probes the verdicts read (`PROBED`), per layer at every probed step. A
 few KB a trial, ~15 KB at every step's loss.
-A grid run in parts (a sweep directory each) is filed part by part into the same NAME.
+A grid run in parts (a sweep directory each) is filed part by part into the same NAME. A grid
+that widens another of its file (its module's `reuses(arg)` names that variant) is judged on its
+own trials and on the other's filed trials that its sweep lists by name (`with_reused`).
 `results/NAME/NOTES.md`, where present, says which trials were rerun and why; the page prints it.
 """
 import dataclasses
@@ -53,6 +55,7 @@ class Study:
   path: pathlib.Path
   config: str  # experiments/FILE.py:ARG
   trials: list[Trial]
+  reused: tuple[str, int] | None = None  # (results NAME, how many of `trials` are its): `with_reused`
 
 
 def grid_module(study: Study, repo=None):
@@ -69,6 +72,22 @@ def grid_module(study: Study, repo=None):
     raise runs_lib.RunsError(f"{study.path}: its grid {study.config} declares no protocol(arg) "
                              "and ARMS: nothing to judge it by")
   return module, arg
+
+
+def with_reused(study: Study, module, arg: str) -> Study:
+  """`study` with the filed trials of the variant its grid reuses (`module.reuses(arg)`, same
+  config) that its own sweep lists and it has not filed itself."""
+  other = getattr(module, "reuses", lambda arg: None)(arg)
+  if other is None:
+    return study
+  source = study.path.parent / name_of(f"{study.config.partition(':')[0]}:{other}")
+  if not (source / GRID).is_file():
+    raise runs_lib.RunsError(f"{study.path}: its grid {study.config} reuses {source.name}'s trials, "
+                             f"which are not filed: no {source / GRID}")
+  listed = {grid.trial_name(overrides) for overrides in module.get_sweep(arg)}
+  own = {t.name for t in study.trials}
+  shared = [t for t in load(source).trials if t.name in listed and t.name not in own]
+  return dataclasses.replace(study, trials=study.trials + shared, reused=(source.name, len(shared)))
 
 
 def arms(module, protocol) -> dict:

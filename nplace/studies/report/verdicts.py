@@ -627,7 +627,9 @@ def study_section(page, study, grid_module, index: int, protocol) -> str:
          f"version {own.version}'s, which stands): a claim whose arm or probes those trials lack is not testable."]
         if protocol != own else []),
       f"{protocol.summary} {len(study.trials)} trials, {', '.join(map(str, steps))} steps each."
-      f"{intervals} Data: [{study.path.name}/]({study.path.name}/).",
+      f"{intervals} Data: [{study.path.name}/]({study.path.name}/)"
+      + (f", and {study.reused[1]} trials of [{study.reused[0]}/]({study.reused[0]}/), the grid it widens "
+         "(the same config and trial names)." if study.reused else "."),
       *_data_notes(study),
       thresholds,
       "### Verdicts",
@@ -651,7 +653,8 @@ def write(results_dir, repo=None) -> pathlib.Path:
            "Each study below is judged by the protocol its grid file declares (claims, metrics, "
            "thresholds, seeds: fixed before its runs). `nplace report --results results/ SWEEP_DIR` "
            "files a finished sweep here and regenerates this page."]
-  sections = [(study, grid_module, protocol) for study in results.studies(results_dir)
+  sections = [(results.with_reused(study, *grid_module), grid_module, protocol)
+              for study in results.studies(results_dir)
               for grid_module in [results.grid_module(study, repo)] for protocol in protocols_of(*grid_module)]
   for i, (study, grid_module, protocol) in enumerate(sections):
     parts.append(study_section(page, study, grid_module, i, protocol))
