@@ -10,7 +10,7 @@ version 2; `PROTOCOL_V1` and `PROTOCOL_V0` kept beside them).
                trial), every step's loss logged, evaluated at 1/4, 1/2 and the end (350 trials)
   cpu_wide     protocol 3: cpu's grid with the sweep widened to lr 10 (9 rates, 450 trials). Its
                rates up to 1 are cpu's filed trials, reused (`reuses`); run only the new ones:
-               `--only 'lr=(3.16228|10),'` (100 trials, ~1.5 h at --batch 15)
+               `--only 'lr=(3.16228|10),'` (100 trials, 56 min at --batch 15)
   gpu          protocol 2 for one H100/H200-class card: depth {12, 24} at width 256, 2,000 steps
                of 16 x 256 tokens in bfloat16 (run it with --batch 15); not yet run
   paper[,SIZE] protocol 2's arms on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText
@@ -189,8 +189,8 @@ V0_PLACEMENTS = (_model("pre"), _model("peri"), _model("peri", dt=0.1), _model("
 V0_STRESS_LR = 3e-2  # protocol 0: the lowest rate of its scan at which Pre-LN stopped learning
 V0_SCAN_LRS = (1e-3, 3e-3, 1e-2, 3e-2)
 V0_PAPER_SCAN_LRS = (3e-4, 6e-4, 1.2e-3, 2.4e-3)
-VARIANTS = ("cpu", "cpu_wide", "gpu", "paper", "v1_cpu", "v1_gpu", "v1_paper", "v0_stress", "v0_lr_scan", "v0_paper",
-            "v0_paper_lr_scan")
+VARIANTS = ("cpu", "cpu_wide", "gpu", "paper", "v1_cpu", "v1_gpu", "v1_paper", "v0_stress", "v0_lr_scan",
+            "v0_paper", "v0_paper_lr_scan")
 
 
 def _small(steps: int, batch_size: int, seq_len: int) -> ml_collections.ConfigDict:
@@ -251,6 +251,11 @@ def _split(arg: str) -> tuple[str, str]:
   return variant, size or "124m"
 
 
+def _tier(variant: str) -> tuple[str, bool]:
+  """(the tier whose model and schedule a protocol 1-3 variant trains, whether it is protocol 1's)."""
+  return variant.removeprefix("v1_").removesuffix("_wide"), variant.startswith("v1")
+
+
 def protocol(arg: str = "cpu") -> Protocol:
   """The protocol a variant's results are judged by."""
   variant, _ = _split(arg)
@@ -269,7 +274,7 @@ def get_config(arg: str = "cpu"):
   variant, size = _split(arg)
   if variant.startswith("v0"):
     return _paper(size) if "paper" in variant else _v0_stress()
-  tier, v1 = variant.removeprefix("v1_").removesuffix("_wide"), variant.startswith("v1")
+  tier, v1 = _tier(variant)
   # protocol 2's cpu trials see 1M tokens: protocol 1's 300 steps were half a token per parameter
   c = {"cpu": lambda: _small(300 if v1 else 1000, 16, 64), "gpu": _gpu, "paper": lambda: _paper(size)}[tier]()
   return c if v1 else _v2(c)
@@ -277,11 +282,10 @@ def get_config(arg: str = "cpu"):
 
 def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
-  if variant.removeprefix("v1_").removesuffix("_wide") in TIERS:
-    tier, v1 = variant.removeprefix("v1_").removesuffix("_wide"), variant.startswith("v1")
+  tier, v1 = _tier(variant)
+  if tier in TIERS:
     depths, widths, seeds = (TIERS if v1 else TIERS_V2)[tier]
-    lrs = {(True, "paper"): PAPER_LRS, (False, "paper"): PAPER_LRS_V2}.get((v1, tier), LRS if v1 else LRS_V2)
-    lrs = LRS_V3 if variant == "cpu_wide" else lrs
+    lrs = {"cpu_wide": LRS_V3, "paper": PAPER_LRS_V2, "v1_paper": PAPER_LRS}.get(variant, LRS if v1 else LRS_V2)
     shapes = [{}] if tier == "paper" else [{"model.n_layer": d, "model.d_model": w}
                                            for d in depths for w in widths]
     return [{**shape, **arm, "optim.lr": lr, "seed": seed}

@@ -6,8 +6,11 @@ import pathlib
 import re
 import shutil
 
+import pytest
+
 from nplace.studies import grid
 from nplace.studies.report import verdicts
+from nplace.studies.report.runs import RunsError
 from nplace.studies.results import Trial
 from nplace.train.summary import Summary
 
@@ -87,6 +90,9 @@ def test_a_widened_grid_is_judged_on_its_own_trials_and_the_ones_it_reuses(tmp_p
   assert "**Partly run**: not yet filed: depth 12, width 32 (50 trials)" in wide
   row = next(line for line in wide.splitlines() if line.startswith("| depth 6, width 32 | Peri-LN |"))
   assert "| 0 / 15 of 45 |" in row, row  # its failures at 1, 3.2 and 10, 5 seeds each
+  shutil.rmtree(tmp_path / "results" / "stability_cpu")
+  with pytest.raises(RunsError, match=r"stability_cpu_wide: its grid .* reuses stability_cpu's trials, which are not"):
+    verdicts.write(tmp_path / "results", repo=RESULTS.parent)
 
 
 def _growth_trial(overrides: dict, steps=1000):

@@ -74,20 +74,21 @@ def grid_module(study: Study, repo=None):
   return module, arg
 
 
-def with_reused(study: Study, module, arg: str) -> Study:
+def with_reused(study: Study, module, arg: str, filed: dict[str, Study]) -> Study:
   """`study` with the filed trials of the variant its grid reuses (`module.reuses(arg)`, same
-  config) that its own sweep lists and it has not filed itself."""
+  config) that its own sweep lists and it has not filed itself; `filed`: the results
+  directory's studies by NAME (`studies`), so none is read twice."""
   other = getattr(module, "reuses", lambda arg: None)(arg)
   if other is None:
     return study
-  source = study.path.parent / name_of(f"{study.config.partition(':')[0]}:{other}")
-  if not (source / GRID).is_file():
-    raise runs_lib.RunsError(f"{study.path}: its grid {study.config} reuses {source.name}'s trials, "
-                             f"which are not filed: no {source / GRID}")
+  source = name_of(f"{study.config.partition(':')[0]}:{other}")
+  if source not in filed:
+    raise runs_lib.RunsError(f"{study.path}: its grid {study.config} reuses {source}'s trials, "
+                             f"which are not filed: no {study.path.parent / source / GRID}")
   listed = {grid.trial_name(overrides) for overrides in module.get_sweep(arg)}
   own = {t.name for t in study.trials}
-  shared = [t for t in load(source).trials if t.name in listed and t.name not in own]
-  return dataclasses.replace(study, trials=study.trials + shared, reused=(source.name, len(shared)))
+  shared = [t for t in filed[source].trials if t.name in listed and t.name not in own]
+  return dataclasses.replace(study, trials=study.trials + shared, reused=(source, len(shared)))
 
 
 def arms(module, protocol) -> dict:

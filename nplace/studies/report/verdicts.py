@@ -653,9 +653,12 @@ def write(results_dir, repo=None) -> pathlib.Path:
            "Each study below is judged by the protocol its grid file declares (claims, metrics, "
            "thresholds, seeds: fixed before its runs). `nplace report --results results/ SWEEP_DIR` "
            "files a finished sweep here and regenerates this page."]
-  sections = [(results.with_reused(study, *grid_module), grid_module, protocol)
-              for study in results.studies(results_dir)
-              for grid_module in [results.grid_module(study, repo)] for protocol in protocols_of(*grid_module)]
+  filed = {study.path.name: study for study in results.studies(results_dir)}
+  sections = []
+  for study in filed.values():
+    grid_module = results.grid_module(study, repo)
+    judged = results.with_reused(study, *grid_module, filed)
+    sections += [(judged, grid_module, protocol) for protocol in protocols_of(*grid_module)]
   for i, (study, grid_module, protocol) in enumerate(sections):
     parts.append(study_section(page, study, grid_module, i, protocol))
   if (results_dir / "v0" / "README.md").is_file():
