@@ -9,8 +9,8 @@ version 2; `PROTOCOL_V1` and `PROTOCOL_V0` kept beside them).
                1, half-decade steps) x 5 seeds, 1,000 steps of 16 x 64 tokens (1M tokens a
                trial), every step's loss logged, evaluated at 1/4, 1/2 and the end (350 trials)
   cpu_wide     protocol 3: cpu's grid with the sweep widened to lr 10 (9 rates, 450 trials). Its
-               rates up to 1 are cpu's filed trials, reused (`reuses`); run only the new ones:
-               `--only 'lr=(3.16228|10),'` (100 trials, 56 min at --batch 15)
+               rates up to 1 are cpu's filed trials, reused (`reuses`): `nplace sweep` skips
+               them and runs the 100 new ones (56 min at --batch 15)
   gpu          protocol 2 for one H100/H200-class card: depth {12, 24} at width 256, 2,000 steps
                of 16 x 256 tokens in bfloat16 (run it with --batch 15); not yet run
   paper[,SIZE] protocol 2's arms on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText

@@ -126,14 +126,15 @@ def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsy
 
 
 @pytest.mark.parametrize("grid,trials,cells", [
-    ("stability.py:cpu", 350, 24), ("stability.py:cpu_wide", 450, 30), ("stability.py:gpu", 350, 24),
+    ("stability.py:cpu", 350, 24), ("stability.py:cpu_wide", 100, 8), ("stability.py:gpu", 350, 24),
     ("stability.py:paper,350m", 175, 12),
     ("stability.py:v1_cpu", 180, 12), ("growth.py:cpu", 72, 12), ("growth.py:gpu", 72, 12),
     ("growth.py:v1_cpu", 32, 8), ("collapse.py:cpu", 18, 6), ("collapse.py:gpu", 30, 6), ("collapse.py:paper", 18, 6),
     ("collapse.py:v1_cpu", 15, 5)])
 def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells, tmp_path, capsys):
   """The grid dry, through the console script's entry point: `--list` prints every trial (or
-  cell of up to 15) and runs nothing."""
+  cell of up to 15) it runs, and runs nothing; cpu_wide's are the 100 of its 450 that are not
+  cpu's."""
   spec = f"{pathlib.Path(__file__).resolve().parent.parent}/experiments/{grid}"
   listed = []
   for batch in ([], ["--batch", "15"]):
@@ -141,6 +142,24 @@ def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells,
     listed.append(capsys.readouterr().out.splitlines())
   assert [len(lines) for lines in listed] == [trials, cells]
   assert all(line.split("\t")[1].startswith("nplace train") for line in listed[0])
+  assert not (tmp_path / "sw").exists()
+
+
+def test_a_widened_grid_runs_only_the_trials_it_does_not_reuse(tmp_path, capsys):
+  """stability.py:cpu_wide lists 450 trials, 350 of them cpu's (same names and config, filed
+  as cpu's): it runs the other 100, the two new rates, says what it skipped, and refuses a
+  selection of reused trials only."""
+  experiments = pathlib.Path(__file__).resolve().parent.parent / "experiments"
+  spec = f"{experiments}/stability.py:cpu_wide"
+  assert len(grid.load_sweep(spec)) == 450
+  assert main.main(["sweep", "--config", spec, "--workdir", str(tmp_path / "sw"), "--list"]) == 0
+  out, err = capsys.readouterr()
+  lrs = {re.search(r"--config.optim.lr=([0-9.e-]+)", line).group(1) for line in out.splitlines()}
+  assert len(out.splitlines()) == 100 and {float(lr) for lr in lrs} == {10 ** 0.5, 10.0}
+  assert f"350 of the selected trials are {experiments}/stability.py:cpu's" in err
+  assert main.main(["sweep", "--config", spec, "--workdir", str(tmp_path / "sw"), "--only", "lr=0.001,"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and "run them with --config" in err and err.endswith("stability.py:cpu")
   assert not (tmp_path / "sw").exists()
 
 

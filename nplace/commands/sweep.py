@@ -4,10 +4,12 @@ this process, each in DIR/<trial>/ with its own summary, event files and checkpo
 optim.eps, optim.min_lr_ratio and model.dt train K at a time as one compiled program (a cell),
 each still its own run; --batch 1 runs them one after another. Rerunning the same command skips
 finished trials and resumes interrupted ones; a trial (or cell) that fails is recorded and the
-sweep goes on. DIR/sweep.json holds every trial's status and summary. --list prints the command
+sweep goes on. A grid that reuses another variant's trials (its `reuses(arg)`) skips them.
+DIR/sweep.json holds every trial's status and summary. --list prints the command
 of each trial (`nplace train`) or cell (`nplace sweep --cell N`) instead, one per pod worker."""
 import re
 import shlex
+import sys
 
 from absl import flags
 from etils import epath
@@ -55,6 +57,7 @@ def main(argv):
   workdir = epath.Path(fv.workdir)  # a local path as given (the listed commands keep it), or a bucket's
   try:
     trials = grid.expand(spec, fv.config, cli_overrides, workdir)
+    reused = grid.reused_names(spec)
     only = re.compile(fv.only) if fv.only else None
   except grid.GridError as e:
     raise UsageError(str(e)) from None
@@ -63,6 +66,8 @@ def main(argv):
   selected = [i for i, t in enumerate(trials) if only is None or only.search(t.name)]
   if not selected:
     raise UsageError(f"--only {fv.only!r} matches none of the {len(trials)} trials")
+  if reused:
+    selected = _without_reused(*reused, trials, selected)
   groups = sweep.cells(trials, selected, fv.batch)
   numbers = range(len(groups))
   if fv.cell is not None:
@@ -83,6 +88,18 @@ def main(argv):
     raise UsageError(str(e)) from None
   sweep.write_record(workdir / "sweep.json", record)
   sweep.run(trials, workdir, record, groups)
+
+
+def _without_reused(other: str, names: set[str], trials: list[grid.Trial], selected: list[int]) -> list[int]:
+  """`selected` less the trials named `names`, of the variant `other` this grid reuses (same
+  config): those are that variant's to run, and its filed results hold them."""
+  kept = [i for i in selected if trials[i].name not in names]
+  if not kept:
+    raise UsageError(f"every selected trial is {other}'s, which this grid reuses: run them with --config {other}")
+  if len(kept) < len(selected):
+    print(f"sweep: {len(selected) - len(kept)} of the selected trials are {other}'s, which this grid "
+          f"reuses: skipped (--config {other} runs them)", file=sys.stderr)
+  return kept
 
 
 def _cell_command(argv, n: int) -> str:

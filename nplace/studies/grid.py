@@ -49,6 +49,23 @@ def load_sweep(config_spec: str) -> list[dict]:
   return trials
 
 
+def reused_variant(module, arg: str) -> str | None:
+  """The variant whose filed trials `module`'s grid ARG shares by name and config (its
+  `reuses(arg)`, where it declares one): those trials are that variant's to run and file."""
+  if not hasattr(module, "reuses"):
+    return None
+  return module.reuses(arg) if arg else module.reuses()
+
+
+def reused_names(config_spec: str) -> tuple[str, set[str]] | None:
+  """(`FILE:OTHER`, the names of OTHER's trials) when the grid in `FILE[:ARG]` reuses OTHER's."""
+  path, _, arg = config_spec.partition(":")
+  other = reused_variant(load_module(path), arg)
+  if other is None:
+    return None
+  return f"{path}:{other}", {trial_name(overrides) for overrides in load_sweep(f"{path}:{other}")}
+
+
 def _text(value) -> str:
   return f"{value:g}" if isinstance(value, float) else str(value)
 

@@ -193,9 +193,13 @@ def partly_run(verdict: Verdict, missing: dict) -> Verdict:
   verdict says what its finished part shows."""
   if not missing:
     return verdict
-  left = ", ".join(f"{where} ({n} trials)" for where, n in missing.items())
-  return dataclasses.replace(verdict, verdict=NOT_TESTABLE,
-                             would_change=f"the grid's remaining trials: {left}; on the finished ones: {verdict.verdict}")
+  return dataclasses.replace(verdict, verdict=NOT_TESTABLE, would_change=f"the grid's remaining trials: "
+                             f"{not_filed(missing)}; on the finished ones: {verdict.verdict}")
+
+
+def not_filed(missing: dict) -> str:
+  """`depth 12, width 32 (50 trials), ...`: where each of a grid's unfiled trials belongs."""
+  return ", ".join(f"{where} ({n} trials)" for where, n in missing.items())
 
 
 def judge_one(claim: Claim, protocol: Protocol, measures, rng) -> Verdict:

@@ -78,7 +78,7 @@ def with_reused(study: Study, module, arg: str, filed: dict[str, Study]) -> Stud
   """`study` with the filed trials of the variant its grid reuses (`module.reuses(arg)`, same
   config) that its own sweep lists and it has not filed itself; `filed`: the results
   directory's studies by NAME (`studies`), so none is read twice."""
-  other = getattr(module, "reuses", lambda arg: None)(arg)
+  other = grid.reused_variant(module, arg)
   if other is None:
     return study
   source = name_of(f"{study.config.partition(':')[0]}:{other}")

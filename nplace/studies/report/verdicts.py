@@ -580,9 +580,6 @@ def study_section(page, study, grid_module, index: int, protocol) -> str:
             "### Every verdict at each horizon (the probes at that step)", horizon_table(protocol, by_horizon),
             "### Peri-LN against its bound", growth_bound_table(measures, results.arms(module, protocol)),
             "### The largest activation", massive_table(measures)]
-    if measures.missing:
-      body.insert(0, "**Partly run**: not yet filed: " + ", ".join(
-          f"{arm} ({n} trials)" for arm, n in measures.missing.items()) + ".")
   elif kind is depth_growth:
     body = ["### Top-layer moments over depth", growth_table(measures), growth_figures(page, key, measures),
             "### Final losses", growth_losses_table(measures)]
@@ -605,10 +602,6 @@ def study_section(page, study, grid_module, index: int, protocol) -> str:
             horizon_table(protocol, by_horizon),
             "### Final loss vs learning rate", sweep_figures(page, key, measures),
             "### Every grid point", outcome_table(protocol, measures)]
-    if measures.missing:
-      body.insert(0, "**Partly run**: not yet filed: " + ", ".join(
-          f"{shape} ({n} trials)" for shape, n in measures.missing.items())
-          + ". Claims are not testable until every part has landed; each says what its finished parts show.")
   elif measures.swept:
     body = ["### Learning-rate sensitivity per arm",
             "Per seed over the sweep's learning rates, then mean over seeds [interval]: "
@@ -618,6 +611,9 @@ def study_section(page, study, grid_module, index: int, protocol) -> str:
   else:
     body = ["### Final loss per arm", final_table(protocol, measures),
             figures(page, key, measures), "### Every grid point", outcome_table(protocol, measures)]
+  if getattr(measures, "missing", None):  # where (an arm, a model shape) -> its trials not yet filed
+    body.insert(0, f"**Partly run**: not yet filed: {protocol_lib.not_filed(measures.missing)}. Claims are "
+                   "not testable until every part has landed; each says what its finished parts show.")
   if kind is lr_sensitivity and measures.swept:
     body += lab_part(study, measures, tier)
   return "\n\n".join([
