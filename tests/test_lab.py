@@ -396,6 +396,40 @@ def test_a_grid_filed_in_parts_is_scored_in_parts(tmp_path, monkeypatch, capsys)
   assert main.main(["lab", "--rank", str(study)]) == 0
   assert asked[2] == asked[0]
 
+WIDE = '''
+_narrow_sweep = get_sweep
+def get_sweep(arg="cpu"):
+  wider = [dict(t, **{"optim.lr": 1e-1}) for t in _narrow_sweep() if t["optim.lr"] == 1e-3] if arg == "wide" else []
+  return _narrow_sweep() + wider
+def reuses(arg="cpu"):
+  return "cpu" if arg == "wide" else None
+'''
+
+
+def test_a_widened_grid_is_ranked_on_the_trials_it_reuses_too(tmp_path, monkeypatch, capsys):
+  """A grid that reuses another's filed trials (its `reuses`) and files only its new rate is
+  ranked on every rate: its own trials alone (one rate, no sensitivity) would give no rho."""
+  from nplace.studies.results import Trial
+  from nplace.train.summary import Summary
+  narrow = results_study(tmp_path, {"pre": (2.0, 3.0), "peri": (2.0, 2.2), "post": (2.0, 4.0)})
+  narrow.rename(narrow.parent / "g_cpu")
+  (tmp_path / "experiments" / "g.py").write_text(GRID + WIDE)
+  wide = tmp_path / "results" / "g_wide"
+  wide.mkdir()
+  (wide / "grid.json").write_text(json.dumps({"config": "experiments/g.py:wide"}))
+  module = grid.load_module(tmp_path / "experiments" / "g.py")
+  new = [o for o in module.get_sweep("wide") if o["optim.lr"] == 1e-1]
+  (wide / "trials.jsonl").write_text("".join(
+      Trial(grid.trial_name(o), o, Summary(step=10, val_loss=5.0, frequency_loss=FREQ, entropy_rate=1.0),
+            [(10, 5.0)], 2, 512).to_json() + "\n" for o in new))
+  monkeypatch.setattr(lab, "measure_all", lambda configs: {
+      k: {"score": {"peri": 0.5, "pre": 1.0, "post": 2.0}[c.model.placement], "predicted_max_lr": 0.1,
+          "prediction": "p"} for k, c in configs.items()})
+  assert main.main(["lab", "--rank", str(wide)]) == 0
+  out = capsys.readouterr().out
+  assert "Spearman's rho 1.000 [" in out and "] over 6 configurations" in out
+
+
 def test_the_rank_bootstrap_resamples_seeds_in_pairs():
   """Two seeds per configuration that order it oppositely: the interval spans the disagreement;
   perfectly concordant seeds give [1, 1]."""

@@ -74,15 +74,17 @@ def grid_module(study: Study, repo=None):
   return module, arg
 
 
-def with_reused(study: Study, module, arg: str, filed: dict[str, Study]) -> Study:
+def with_reused(study: Study, module, arg: str, filed: dict[str, Study] | None = None) -> Study:
   """`study` with the filed trials of the variant its grid reuses (`module.reuses(arg)`, same
   config) that its own sweep lists and it has not filed itself; `filed`: the results
-  directory's studies by NAME (`studies`), so none is read twice."""
+  directory's studies by NAME (`studies`), so none is read twice (None: read the one it reuses)."""
   other = grid.reused_variant(module, arg)
   if other is None:
     return study
   source = name_of(f"{study.config.partition(':')[0]}:{other}")
-  if source not in filed:
+  if filed is None and (study.path.parent / source / GRID).is_file():
+    filed = {source: load(study.path.parent / source)}
+  if source not in (filed or {}):
     raise runs_lib.RunsError(f"{study.path}: its grid {study.config} reuses {source}'s trials, "
                              f"which are not filed: no {study.path.parent / source / GRID}")
   listed = {grid.trial_name(overrides) for overrides in module.get_sweep(arg)}

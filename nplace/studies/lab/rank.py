@@ -267,6 +267,7 @@ def sensitivity_measures(study):
   UsageError when the grid is not a learning-rate sweep."""
   try:
     module, arg = results.grid_module(study)
+    study = results.with_reused(study, module, arg)
   except runs_lib.RunsError as e:
     raise UsageError(str(e)) from None
   protocol = module.protocol(arg)
