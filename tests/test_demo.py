@@ -18,4 +18,4 @@ def test_table_rows_and_missing_values():
   }).splitlines()
   assert rows[0].split() == ["run", "status", "val", "loss", "freq", "loss", "entropy", "rate", "tok/s"]
   assert rows[1].split() == ["post", "diverged", "-", "4.4772", "-", "-"]
-  assert rows[2].split() == ["peri", "completed", "2.1235", "4.4772", "1.4519", "5019"]
+  assert rows[2].split() == ["peri", "completed", "2.1235", "4.4772", "1.4519", "5,019"]

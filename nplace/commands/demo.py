@@ -48,11 +48,11 @@ def run(logdir: pathlib.Path, steps: int) -> dict:
 
 def table(summaries: dict) -> str:
   rows = [f"{'run':12s} {'status':10s} {'val loss':>9s} {'freq loss':>9s} {'entropy rate':>12s} {'tok/s':>8s}"]
-  number = lambda x, width, digits: f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
+  number = lambda x, width, spec=".4f": f"{x:{width}{spec}}" if x is not None else f"{'-':>{width}}"
   for name, s in summaries.items():
-    rows.append(f"{name:12s} {s.status:10s} {number(s.val_loss, 9, 4)} "
-                f"{number(s.frequency_loss, 9, 4)} {number(s.entropy_rate, 12, 4)} "
-                f"{number(s.tokens_per_sec, 8, 0)}")
+    rows.append(f"{name:12s} {s.status:10s} {number(s.val_loss, 9)} "
+                f"{number(s.frequency_loss, 9)} {number(s.entropy_rate, 12)} "
+                f"{number(s.tokens_per_sec, 8, ',.0f')}")  # 11,893, as the progress lines print it
   return "\n".join(rows)
 
 
