@@ -428,6 +428,10 @@ def test_a_widened_grid_is_ranked_on_the_trials_it_reuses_too(tmp_path, monkeypa
   assert main.main(["lab", "--rank", str(wide)]) == 0
   out = capsys.readouterr().out
   assert "Spearman's rho 1.000 [" in out and "] over 6 configurations" in out
+  (wide.parent / "g_cpu" / "grid.json").unlink()
+  assert main.main(["lab", "--rank", str(wide)]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "reuses g_cpu's trials, which are not filed" in err
 
 
 def test_the_rank_bootstrap_resamples_seeds_in_pairs():

@@ -60,10 +60,11 @@ def reused_variant(module, arg: str) -> str | None:
 def reused_names(config_spec: str) -> tuple[str, set[str]] | None:
   """(`FILE:OTHER`, the names of OTHER's trials) when the grid in `FILE[:ARG]` reuses OTHER's."""
   path, _, arg = config_spec.partition(":")
-  other = reused_variant(load_module(path), arg)
+  module = load_module(path)
+  other = reused_variant(module, arg)
   if other is None:
     return None
-  return f"{path}:{other}", {trial_name(overrides) for overrides in load_sweep(f"{path}:{other}")}
+  return f"{path}:{other}", {trial_name(overrides) for overrides in module.get_sweep(other)}
 
 
 def _text(value) -> str:

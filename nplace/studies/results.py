@@ -82,11 +82,12 @@ def with_reused(study: Study, module, arg: str, filed: dict[str, Study] | None =
   if other is None:
     return study
   source = name_of(f"{study.config.partition(':')[0]}:{other}")
-  if filed is None and (study.path.parent / source / GRID).is_file():
-    filed = {source: load(study.path.parent / source)}
-  if source not in (filed or {}):
+  source_dir = study.path.parent / source
+  if filed is None:
+    filed = {source: load(source_dir)} if (source_dir / GRID).is_file() else {}
+  if source not in filed:
     raise runs_lib.RunsError(f"{study.path}: its grid {study.config} reuses {source}'s trials, "
-                             f"which are not filed: no {study.path.parent / source / GRID}")
+                             f"which are not filed: no {source_dir / GRID}")
   listed = {grid.trial_name(overrides) for overrides in module.get_sweep(arg)}
   own = {t.name for t in study.trials}
   shared = [t for t in filed[source].trials if t.name in listed and t.name not in own]
