@@ -396,6 +396,7 @@ def test_a_grid_filed_in_parts_is_scored_in_parts(tmp_path, monkeypatch, capsys)
   assert main.main(["lab", "--rank", str(study)]) == 0
   assert asked[2] == asked[0]
 
+
 WIDE = '''
 _narrow_sweep = get_sweep
 def get_sweep(arg="cpu"):
