@@ -29,7 +29,7 @@ biases.
   nplace report runs/collapse --out report           # heatmaps and gradient ratios per run
 """
 from nplace.config import base_config, variant
-from nplace.studies.protocol import FINDING, Claim, Protocol, Threshold
+from nplace.protocol import COLLAPSE, COLLAPSE_MECHANISMS, FINDING, Claim, Protocol, Threshold
 
 
 def _model(placement, attention="softmax", init="variance_preserving", embed_norm=False) -> dict:
@@ -65,22 +65,22 @@ COLLAPSE_MARGIN = Threshold("collapse_margin", 0.05, "nats: a plateau this close
 MAX_GRADIENT_RATIO = Threshold("max_gradient_ratio", 0.01, "|dL/dh_1| / |dL/dh_L| below this is \"orders of "
                                "magnitude\" of gradient lost on the way down")
 POST_COLLAPSES = Claim("post_collapses", "48-layer Post-LN sits at the frequency loss: it collapses",
-                       metric="collapses", better="Post-LN", worse="Post-LN")
+                       metric="collapses", arm="Post-LN")
 CENTERED_ESCAPES = Claim("centered_escapes", "Removing the prefix average (centered attention) stops the collapse",
-                         metric="escapes", better="Post-LN, centered", worse="Post-LN, centered")
+                         metric="escapes", arm="Post-LN, centered")
 CONTROLS_ESCAPE = (
-    Claim("pre_escapes", "Pre-LN does not collapse", metric="escapes", better="Pre-LN", worse="Pre-LN"),
-    Claim("peri_escapes", "Peri-LN does not collapse", metric="escapes", better="Peri-LN", worse="Peri-LN"),
+    Claim("pre_escapes", "Pre-LN does not collapse", metric="escapes", arm="Pre-LN"),
+    Claim("peri_escapes", "Peri-LN does not collapse", metric="escapes", arm="Peri-LN"),
 )
 GRADIENT_CLAIMS = (
     Claim("post_gradient_starves", "Post-LN's lower layers lose orders of magnitude of gradient in training",
-          metric="gradient_starves", better="Post-LN", worse="Post-LN"),
+          metric="gradient_starves", arm="Post-LN"),
     Claim("pre_gradient_kept", "Pre-LN's lower layers keep their gradient",
-          metric="gradient_kept", better="Pre-LN", worse="Pre-LN"),
+          metric="gradient_kept", arm="Pre-LN"),
 )
 
 PROTOCOL = Protocol(
-    name="collapse", version=2,
+    name="collapse", version=2, kind=COLLAPSE_MECHANISMS,
     summary="48-layer models trained for 2,000 steps (cpu tier), 3 seeds per arm, probed every 25 "
             "steps up to step 500 and every 250 after; a claim holds when it holds in every seed, and "
             "is not testable until every seed of each arm it names is filed. Collapse is judged on the "
@@ -111,26 +111,26 @@ PROTOCOL = Protocol(
               metric="escapes_unlike_control", better="Post-LN, centered", worse=MATCHED_CONTROL),
         *CONTROLS_ESCAPE,
         Claim("post_clones_at_init", "At init, Post-LN's top-block tokens are clones (similarity ≥ 0.99, "
-              "raw and centered)", metric="clones", better="Post-LN", worse="Post-LN"),
-        *(Claim(f"no_clones_{key}", f"... and {arm}'s are not", metric="no_clones", better=arm, worse=arm)
+              "raw and centered)", metric="clones", arm="Post-LN"),
+        *(Claim(f"no_clones_{key}", f"... and {arm}'s are not", metric="no_clones", arm=arm)
           for key, arm in (("gpt2", "Post-LN, GPT-2 init"), ("centered", "Post-LN, centered"),
                            ("pre", "Pre-LN"), ("peri", "Peri-LN"))),
         *GRADIENT_CLAIMS,
         Claim("post_factor_falls", "Post-LN's norm backward factor falls as training grows the branches",
-              metric="factor_falls", better="Post-LN", worse="Post-LN"),
+              metric="factor_falls", arm="Post-LN"),
         Claim("post_norms_account", "The norms' backward factors account for Post-LN's lost gradient",
-              metric="norms_account", better="Post-LN", worse="Post-LN"),
+              metric="norms_account", arm="Post-LN"),
         Claim("post_starves_first", "Post-LN's gradient starves before its loss reaches the plateau",
-              metric="starves_first", better="Post-LN", worse="Post-LN"),
+              metric="starves_first", arm="Post-LN"),
         Claim("post_gpt2_collapses", "Post-LN collapses at GPT-2's scaled init too",
-              metric="collapses", better="Post-LN, GPT-2 init", worse="Post-LN, GPT-2 init", source=FINDING),
+              metric="collapses", arm="Post-LN, GPT-2 init", source=FINDING),
         Claim("centered_factor_stays", "The centered arm, which keeps its gradient, keeps its backward factor",
-              metric="factor_stays", better="Post-LN, centered", worse="Post-LN, centered", source=FINDING),
+              metric="factor_stays", arm="Post-LN, centered", source=FINDING),
     ),
 )
 
 PROTOCOL_V1 = Protocol(
-    name="collapse", version=1,
+    name="collapse", version=1, kind=COLLAPSE,
     summary="48-layer models trained for 2,000 steps (cpu tier), 3 seeds per arm; a claim holds "
             "when it holds in every seed. Collapse is judged on the plateau: the mean train loss over "
             "the last quarter of the run. Mechanisms from the probes: token similarity at init, the "
@@ -146,21 +146,21 @@ PROTOCOL_V1 = Protocol(
     claims=(
         POST_COLLAPSES,
         Claim("post_gpt2_collapses", "It collapses at GPT-2's scaled init too",
-              metric="collapses", better="Post-LN, GPT-2 init", worse="Post-LN, GPT-2 init"),
+              metric="collapses", arm="Post-LN, GPT-2 init"),
         CENTERED_ESCAPES,
         *CONTROLS_ESCAPE,
         Claim("clones_at_init", "At init, Post-LN's token similarity rises with depth (the raw cosine)",
-              metric="similarity_rises", better="Post-LN", worse="Post-LN"),
+              metric="similarity_rises", arm="Post-LN"),
         Claim("clones_at_init_centered", "... and with the batch-mean token removed (centered cosine)",
-              metric="similarity_centered_rises", better="Post-LN", worse="Post-LN"),
+              metric="similarity_centered_rises", arm="Post-LN"),
         *GRADIENT_CLAIMS,
         Claim("post_backward_below_one", "Post-LN's norm backward factor is below 1 in training",
-              metric="backward_below_one", better="Post-LN", worse="Post-LN"),
+              metric="backward_below_one", arm="Post-LN"),
     ),
 )
 
 PROTOCOL_V0 = Protocol(
-    name="collapse", version=0,
+    name="collapse", version=0, kind=COLLAPSE,
     summary="One seed per arm, 200 steps, collapse judged on the final validation loss; its "
             "\"not collapsed\" verdicts for runs still far above the frequency loss are not evidence. "
             "Kept so its committed results stay readable.",

@@ -22,7 +22,7 @@ most quadratically)? Judged by the pre-registered protocols below (`PROTOCOL`, v
   nplace report runs/growth --out report            # the per-layer fits within each model
 """
 from nplace.config import base_config, variant
-from nplace.studies.protocol import WELCH_T, Claim, Protocol, Threshold
+from nplace.protocol import GROWTH_PER_SEED, GROWTH_POOLED, WELCH_T, Claim, Protocol, Threshold
 
 DEPTHS = (6, 12, 24, 48)
 DEPTHS_V2 = (3, 6, 12, 24, 48, 96)  # a 32x range: an exponential's log-log slope rises ~8x across it
@@ -37,8 +37,28 @@ ARMS = {
 V0_DEPTHS = (12, 24, 48)
 V0_MODELS = (("pre", 1.0), ("pre", 0.1), ("peri", 1.0), ("peri", 0.1))
 
+# Protocol 2's rules:
+# - The measured quantity is the growth above init: the top layer's mean |h| (or entry-wise
+#   variance) at the probe minus at init, per trial. A seed whose growth is not positive at some
+#   depth leaves that claim not testable for its arm.
+# - `slope_rises`: per seed, the least-squares slope of log growth against log D over the deepest
+#   three depths minus that over the shallowest three; reproduced when the interval's low end
+#   clears `min_slope_rise`, not reproduced otherwise. Both fits are in the same (log-log) space.
+#   The design's power: the page prints the smallest rate r of growth e^{rD} that passes with
+#   probability 0.8 under `assumed_log_noise` (depth_growth.detectable_rate), computed from this
+#   declaration alone.
+# - `power_at_most` (`variance_power_at_most`): per seed, the exponent p of growth ~ a D^p
+#   over all depths (least squares in log-log); reproduced when the interval's high end is at most
+#   the claim's `at_most`, 1 (2), not reproduced when its low end is above it, not testable in between.
+# - Protocol 1's `dt_tightens_*` claims are dropped: every branch is multiplied by dt, so they held
+#   by construction. The page reports instead Peri-LN's growth against its bound: each of the 2D
+#   sublayers adds an output of rms 1 times dt at init, so rms(h_L) <= rms(h_0) + 2 dt D there.
+# - Reported, not judged: the top layer's largest |h| (`max_abs`) at init and at the end, and its
+#   margin to the float16 (65,504) and bfloat16 (3.4e38) range.
+# - A claim needs every depth of DEPTHS_V2 with every seed, else not testable.
+# - Horizons: the claims are judged again on the probes at 1/4 and 1/2 of the run.
 PROTOCOL = Protocol(
-    name="growth", version=2,
+    name="growth", version=2, kind=GROWTH_PER_SEED,
     summary="Growth above init of the top layer's moments of trained models (the value at the end "
             "minus at init) against their depth D (3 to 96, the same 1M tokens each), 3 seeds per "
             "depth; every fit per seed, Welch t-intervals over the seeds; judged again on the "
@@ -55,36 +75,15 @@ PROTOCOL = Protocol(
     ),
     claims=(
         Claim("pre_exponential", "Pre-LN's top-layer mean |h| grows exponentially in D",
-              metric="slope_rises", better="Pre-LN", worse="Pre-LN"),
+              metric="slope_rises", arm="Pre-LN"),
         Claim("peri_at_most_linear", "Peri-LN's top-layer mean |h| grows at most linearly in D",
-              metric="power_at_most_one", better="Peri-LN", worse="Peri-LN"),
+              metric="power_at_most", arm="Peri-LN", at_most=1.0),
         Claim("peri_variance_at_most_quadratic", "Peri-LN's top-layer variance grows at most "
-              "quadratically in D", metric="variance_power_at_most_two", better="Peri-LN", worse="Peri-LN"),
+              "quadratically in D", metric="variance_power_at_most", arm="Peri-LN", at_most=2.0),
     ),
 )
-"""Protocol 2's rules:
-- The measured quantity is the growth above init: the top layer's mean |h| (or entry-wise
-  variance) at the probe minus at init, per trial. A seed whose growth is not positive at some
-  depth leaves that claim not testable for its arm.
-- `slope_rises`: per seed, the least-squares slope of log growth against log D over the deepest
-  three depths minus that over the shallowest three; reproduced when the interval's low end
-  clears `min_slope_rise`, not reproduced otherwise. Both fits are in the same (log-log) space.
-  The design's power: the page prints the smallest rate r of growth e^{rD} that passes with
-  probability 0.8 under `assumed_log_noise` (depth_growth.detectable_rate), computed from this
-  declaration alone.
-- `power_at_most_one` (`variance_power_at_most_two`): per seed, the exponent p of growth ~ a D^p
-  over all depths (least squares in log-log); reproduced when the interval's high end is at most
-  1 (2), not reproduced when its low end is above it, not testable in between.
-- Protocol 1's `dt_tightens_*` claims are dropped: every branch is multiplied by dt, so they held
-  by construction. The page reports instead Peri-LN's growth against its bound: each of the 2D
-  sublayers adds an output of rms 1 times dt at init, so rms(h_L) <= rms(h_0) + 2 dt D there.
-- Reported, not judged: the top layer's largest |h| (`max_abs`) at init and at the end, and its
-  margin to the float16 (65,504) and bfloat16 (3.4e38) range.
-- A claim needs every depth of DEPTHS_V2 with every seed, else not testable.
-- Horizons: the claims are judged again on the probes at 1/4 and 1/2 of the run."""
-
 PROTOCOL_V1 = Protocol(
-    name="growth", version=1,
+    name="growth", version=1, kind=GROWTH_POOLED,
     summary="Top-layer hidden-state moments of trained models against their depth D (6, 12, 24, 48; "
             "the same tokens each), one seed per point; intervals are the fits' 95% t-intervals over "
             "the four depths. Fixed before any run of this version.",
@@ -94,9 +93,9 @@ PROTOCOL_V1 = Protocol(
     ),
     claims=(
         Claim("pre_exponential", "Pre-LN's top-layer mean |h| grows exponentially in D",
-              metric="exponential_over_linear", better="Pre-LN", worse="Pre-LN"),
+              metric="exponential_over_linear", arm="Pre-LN"),
         Claim("peri_at_most_linear", "Peri-LN's top-layer mean |h| grows at most linearly in D",
-              metric="power_at_most_one", better="Peri-LN", worse="Peri-LN"),
+              metric="power_at_most", arm="Peri-LN", at_most=1.0),
         Claim("dt_tightens_pre", "dt 0.1 lowers Pre-LN's top-layer mean |h| at every depth",
               metric="lower_at_every_depth", better="Pre-LN, dt 0.1", worse="Pre-LN"),
         Claim("dt_tightens_peri", "dt 0.1 lowers Peri-LN's top-layer mean |h| at every depth",

@@ -10,7 +10,7 @@ what should not matter (biases, RMSNorm without biases, a larger eps), with Pre-
   nplace report --results results/ runs/peri_embedding
 """
 from nplace.config import base_config, experiment
-from nplace.studies.protocol import Claim, Protocol, Threshold
+from nplace.protocol import COMPARISON, Claim, Protocol, Threshold
 
 KEYS = ("placement", "embed_norm", "embed_scale", "use_bias", "norm", "norm_eps")
 
@@ -33,7 +33,7 @@ ARMS = {
 SEEDS = range(3)
 
 PROTOCOL = Protocol(
-    name="peri_embedding", version=1,
+    name="peri_embedding", version=1, kind=COMPARISON,
     summary="Final validation loss of Peri-LN variants at GPT-2's init after 300 steps at lr 3e-3, "
             "3 seeds. Fixed before any run of this version.",
     seeds=3, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,

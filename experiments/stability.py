@@ -31,7 +31,8 @@ import dataclasses
 import ml_collections
 
 from nplace.config import base_config
-from nplace.studies.protocol import WELCH_T, Claim, Protocol, Threshold
+from nplace.protocol import (COMPARISON, FISHER, LAB, LR_SWEEP, STABILITY_SWEEP, WELCH_T, Claim, LabClaim, Protocol,
+                             Threshold)
 
 
 def _model(placement, dt=1.0, embed_norm=False) -> dict:
@@ -91,8 +92,70 @@ PERI_FLATTER, DT_FLATTER, PERI_MATCHES_BEST = (
           metric="best_loss", better="Peri-LN", worse="Pre-LN", matches=True),
 )
 
+# The lab's protocols: its init-time prediction (nplace lab) judged against this file's sweeps.
+# What both judge alike, values and wording.
+TARGET_RHO = Threshold("target_rho", 0.8, "Spearman's rho the lab set out to reach (its target since it was built)")
+RANK_CLAIMS = (
+    LabClaim("lab_agrees", "The lab's score ranks the configurations as their LR sensitivity does (rho's "
+             "interval above 0)", metric="rho_above_zero"),
+    LabClaim("lab_meets_target", "... well enough to stand in for the sweep (rho at least the target)",
+             metric="rho_at_target"),
+)
+LAB_PROTOCOL = Protocol(
+    name="lab", version=1, kind=LAB,
+    summary="The lab's init-time score (rule version"
+            " in the table) of each configuration of an "
+            "LR-sensitivity grid, at its trained depth and width and each trained seed's init, ranked "
+            "against its LR sensitivity (cap ln V; lower = more stable for both). Spearman's rho over "
+            "the configurations' seed means, with a bootstrap over seeds (each configuration's seeds "
+            "resampled, score and sensitivity kept paired). Fixed before the first ranking.",
+    seeds=3, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
+    thresholds=(TARGET_RHO,),
+    claims=RANK_CLAIMS,
+)
+LAB_PROTOCOL_V2 = Protocol(
+    name="lab", version=2, kind=LAB, resample_configurations=True,
+    summary="The lab's init-time prediction (rule version"
+            " in the table) of each configuration of an "
+            "LR-sensitivity grid, at its trained depth and width and each trained seed's init, against "
+            "what the grid measured: (1) Spearman's rho of the lab score against LR sensitivity over the "
+            "configurations' seed means, with a bootstrap over seeds and over configurations (both "
+            "resampled in each draw); (2) the predicted maximum stable learning rate against the "
+            "observed one (each seed's largest rate that learned; geometric means over seeds), counted "
+            "right within one half-decade step of the sweep. Fixed before protocol 2's grid was judged.",
+    seeds=5, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
+    thresholds=(TARGET_RHO,
+                Threshold("lr_tolerance", 0.5, "decades: a predicted maximum stable rate this close to the "
+                                               "observed one counts as right"),
+                Threshold("target_right", 2 / 3, "fraction of configurations whose maximum stable rate the "
+                                                 "lab must predict right")),
+    claims=(
+        *RANK_CLAIMS,
+        LabClaim("lab_predicts_max_lr", "The lab predicts each configuration's maximum stable learning rate "
+                 "within half a decade, for at least the target fraction", metric="max_lr_right"),
+    ),
+)
+
+# Protocol 2's rules (and so protocol 3's), beyond its thresholds and its outcome rules (`blow_ups`:
+# nplace/studies/outcomes.py):
+# - LR sensitivity and best loss as in protocol 1, with a diverged seed counted as the cap (ln V)
+#   in the mean curve and in "best lr": a rate where some seeds diverged cannot be best.
+# - Maximum stable learning rate of a seed: the largest rate of the sweep at which its run
+#   learned (`learned`); compared between arms in log10 per seed. A seed that learned at no rate
+#   has none and makes the claim not testable in that shape.
+# - Failed trials: counted per arm over the sweep, split into diverged and did-not-learn;
+#   `divergences` claims compare the diverged counts with Fisher's exact test (`divergence_test`),
+#   one-sided at `failure_p` (reproduced when `worse` diverges significantly more often; not reproduced
+#   otherwise). A claim whose arms diverged nowhere is not testable.
+# - The top rate must fail (diverge or not learn) for every arm in every shape, else the page
+#   flags the sweep as not reaching the failure region; an optimum at the sweep's edge, or whose
+#   neighbours sit less than `bracket_margin` above it, is flagged as not bracketed.
+# - Horizons: every verdict is judged again on the validation losses at 1/4 and 1/2 of the run
+#   (the train loss up to that step for the outcome rules); a verdict that differs between
+#   horizons says so.
+# - A claim needs every seed of `seeds` at every rate in every shape, else not testable.
 PROTOCOL = Protocol(
-    name="stability", version=2,
+    name="stability", version=2, kind=STABILITY_SWEEP,
     summary="Learning-rate sensitivity, failure region and maximum stable learning rate of Pre-LN "
             "and Peri-LN (with the embedding norm), each with weight decay 0.1 and 0, and of "
             "Peri-LN at dt 0.1: per arm and model shape, the validation loss over a 3-decade "
@@ -100,7 +163,8 @@ PROTOCOL = Protocol(
             "judged again at 1/4 and 1/2 of the run. Outcome rules 2 (blow-ups from every step's "
             "loss); Welch t-intervals. Fixed before any run of this version.",
     seeds=5, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95, interval_method=WELCH_T,
-    outcome_rules=2, horizons=(0.25, 0.5, 1.0), arms=ARMS_V2,
+    divergence_test=FISHER, blow_ups=True, diverged_at_cap=True, horizons=(0.25, 0.5, 1.0), arms=ARMS_V2,
+    lab=LAB_PROTOCOL_V2,
     thresholds=(
         *V1_THRESHOLDS,
         Threshold("min_lr_gap", 0.25, "decades: the difference in maximum stable learning rate (log10, "
@@ -137,26 +201,8 @@ PROTOCOL_V3 = dataclasses.replace(
             "config are protocol 2's; its filed trials are reused at the rates up to 1. Declared "
             "after protocol 2's results and before any run at the new rates: its verdicts differ "
             "from protocol 2's only through those rates.")
-"""Protocol 2's rules, beyond those of `outcomes.classify(rules=2)` and its thresholds:
-- LR sensitivity and best loss as in protocol 1, with a diverged seed counted as the cap (ln V)
-  in the mean curve and in "best lr": a rate where some seeds diverged cannot be best.
-- Maximum stable learning rate of a seed: the largest rate of the sweep at which its run
-  learned (`learned`); compared between arms in log10 per seed. A seed that learned at no rate
-  has none and makes the claim not testable in that shape.
-- Failed trials: counted per arm over the sweep, split into diverged and did-not-learn;
-  `divergences` claims compare the diverged counts with Fisher's exact test, one-sided at
-  `failure_p` (reproduced when `worse` diverges significantly more often; not reproduced
-  otherwise). A claim whose arms diverged nowhere is not testable.
-- The top rate must fail (diverge or not learn) for every arm in every shape, else the page
-  flags the sweep as not reaching the failure region; an optimum at the sweep's edge, or whose
-  neighbours sit less than `bracket_margin` above it, is flagged as not bracketed.
-- Horizons: every verdict is judged again on the validation losses at 1/4 and 1/2 of the run
-  (the train loss up to that step for the outcome rules); a verdict that differs between
-  horizons says so.
-- A claim needs every seed of `seeds` at every rate in every shape, else not testable."""
-
 PROTOCOL_V1 = Protocol(
-    name="stability", version=1,
+    name="stability", version=1, kind=LR_SWEEP, lab=LAB_PROTOCOL,
     summary="Learning-rate sensitivity (Wortsman et al. 2023, arXiv 2309.14322) of Pre-LN and "
             "Peri-LN: per arm and model shape, the final validation loss over a 2-decade "
             "learning-rate sweep, 3 seeds (cpu tier). Fixed before any run of this version.",
@@ -174,7 +220,7 @@ PROTOCOL_V1 = Protocol(
 )
 
 PROTOCOL_V0 = Protocol(
-    name="stability", version=0,
+    name="stability", version=0, kind=COMPARISON,
     summary="Failures counted at one stress learning rate after 150 steps. Its failure margin "
             "(0.25 nats) was chosen after the pilot runs, so its verdicts are not evidence; kept "
             "so its committed results stay readable (nplace/studies/outcomes.py: `failures`).",

@@ -4,16 +4,17 @@ import math
 import numpy as np
 import pytest
 
-from nplace.studies import depth_growth, protocol as p
+from nplace import protocol as p
+from nplace.studies import depth_growth, judge
 from nplace.studies.results import Trial
 from nplace.train.summary import Summary
 
 DEPTHS = (6, 12, 24, 48)
 ARMS = {"Pre": {"model.placement": "pre", "model.dt": 1.0}, "Pre dt": {"model.placement": "pre", "model.dt": 0.1},
         "Peri": {"model.placement": "peri", "model.dt": 1.0}}
-PROTOCOL = p.Protocol("g", 1, "", 1, 0, 0, 0.95, (p.Threshold("min_r2_gap", 0.05, ""),), (
-    p.Claim("exp", "Pre grows exponentially", "exponential_over_linear", "Pre", "Pre"),
-    p.Claim("linear", "Peri at most linearly", "power_at_most_one", "Peri", "Peri"),
+PROTOCOL = p.Protocol("g", 1, p.GROWTH_POOLED, "", 1, 0, 0, 0.95, (p.Threshold("min_r2_gap", 0.05, ""),), (
+    p.Claim("exp", "Pre grows exponentially", "exponential_over_linear", arm="Pre"),
+    p.Claim("linear", "Peri at most linearly", "power_at_most", arm="Peri", at_most=1.0),
     p.Claim("dt", "dt lowers Pre", "lower_at_every_depth", "Pre dt", "Pre")))
 
 
@@ -42,7 +43,7 @@ def trials(profiles):
 
 def verdicts(profiles, protocol=PROTOCOL):
   measures = depth_growth.Measures(protocol, ARMS, trials(profiles))
-  return {v.claim.id: v.verdict for v in p.judge(protocol, measures)}
+  return {v.claim.id: v.verdict for v in judge.judge(protocol, measures)}
 
 
 def test_the_claims_hold_on_the_shapes_they_name():
@@ -52,16 +53,16 @@ def test_the_claims_hold_on_the_shapes_they_name():
   assert depths.tolist() == list(DEPTHS) and top[-1] == pytest.approx(math.exp(4.8))
   assert measures.top("Pre", "weight decay 0.1", when=0)[1][-1] == pytest.approx(math.exp(4.8) / 10)
   assert verdicts({"Pre": lambda d: math.exp(0.1 * d), "Pre dt": lambda d: 0.1 * math.exp(0.1 * d),
-                   "Peri": lambda d: 0.5 * d}) == {"exp": p.REPRODUCED, "linear": p.REPRODUCED, "dt": p.REPRODUCED}
+                   "Peri": lambda d: 0.5 * d}) == {"exp": judge.REPRODUCED, "linear": judge.REPRODUCED, "dt": judge.REPRODUCED}
 
 
 def test_and_fail_on_the_shapes_they_do_not():
   assert verdicts({"Pre": lambda d: 0.5 * d, "Pre dt": lambda d: 0.6 * d, "Peri": lambda d: d ** 1.5}) == {
-      "exp": p.NOT_REPRODUCED, "linear": p.NOT_REPRODUCED, "dt": p.NOT_REPRODUCED}
+      "exp": judge.NOT_REPRODUCED, "linear": judge.NOT_REPRODUCED, "dt": judge.NOT_REPRODUCED}
 
 
 def test_missing_arms_are_not_testable():
-  assert verdicts({"Pre": lambda d: d}) == {"exp": p.NOT_REPRODUCED, "linear": p.NOT_TESTABLE, "dt": p.NOT_TESTABLE}
+  assert verdicts({"Pre": lambda d: d}) == {"exp": judge.NOT_REPRODUCED, "linear": judge.NOT_TESTABLE, "dt": judge.NOT_TESTABLE}
 
 
 DEPTHS_V2 = (3, 6, 12, 24, 48, 96)

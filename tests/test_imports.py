@@ -95,3 +95,34 @@ def test_an_import_inside_a_function_says_why():
       if local and "#" not in here and not above.startswith("#"):
         silent.append(f"{path.relative_to(ROOT)}:{node.lineno}: {here.strip()}")
   assert silent == []
+
+
+def test_studies_layers():
+  """studies/report/ only renders: nothing else in studies/ imports it, and lab/ (which the
+  report shows) imports none of it; the protocols' vocabulary imports nothing of nplace."""
+  report = {name for name in GRAPH if name.startswith("nplace.studies.report")}
+  below = [name for name in GRAPH if name.startswith("nplace.studies") and name not in report]
+  assert {name: sorted(GRAPH[name] & report) for name in below if GRAPH[name] & report} == {}
+  assert not {t for t in GRAPH["nplace.protocol"] if t.startswith("nplace")}
+
+
+def test_experiment_files_import_only_declarations():
+  """An experiment file (loaded by the library at run time, never at import) imports only the
+  config, the placements and the protocols' vocabulary: nothing the library loads at import
+  time imports it back."""
+  allowed = {"nplace.config", "nplace.placements", "nplace.protocol", "nplace.experiments"}
+  found = {}
+  for path in sorted((ROOT / "experiments").glob("*.py")):
+    tree = ast.parse(path.read_text())
+    modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    modules |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    found[path.name] = sorted(m for m in modules if m.startswith("nplace") and m not in allowed)
+  assert {name: bad for name, bad in found.items() if bad} == {}
+  assert not any("nplace.experiments" in targets for targets in GRAPH.values())
+
+
+def test_every_subpackage_states_its_rule():
+  """Each subpackage's __init__ docstring says what it owns and what it may import."""
+  silent = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE
+            and "import" not in (ast.get_docstring(ast.parse(p.read_text())) or "")]
+  assert silent == []

@@ -18,13 +18,15 @@ from nplace.config import ModelConfig
 from nplace.model import decoder
 from nplace.model.block import Block
 from nplace.studies import grid
-from nplace.studies.lab import checks as lab_checks, measure as lab, rank as lab_rank
+from nplace.studies import judge, ranking as ranking_lib
+from nplace.studies.lab import checks as lab_checks, measure as lab
 from nplace.config import experiment
 from nplace.data import loader
 from nplace.placements import PLACEMENTS
 from nplace.probes import curvature, inputs, taps as taps_lib
 from nplace.train import optim
-from nplace.studies.report import runs as report_runs
+from nplace.experiments.stability import LAB_PROTOCOL
+from nplace.studies import runs as report_runs
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 # 2 blocks of width 32 on 8 tokens, RMSNorm at the variance-preserving init: the branch
@@ -222,11 +224,11 @@ def test_rank_joins_scores_with_measured_outcomes(scorecard, probe_run, tmp_path
 def test_spearman_against_closed_form_and_ties():
   rng = np.random.default_rng(0)
   x, y = rng.normal(size=20), rng.normal(size=20)
-  d = lab_rank.average_ranks(list(x)) - lab_rank.average_ranks(list(y))
-  assert lab_rank.spearman(x, y) == pytest.approx(1 - 6 * np.sum(d ** 2) / (20 * (20 ** 2 - 1)))
-  np.testing.assert_array_equal(lab_rank.average_ranks([3, 1, 3, 2]), [3.5, 1, 3.5, 2])
-  assert lab_rank.spearman([1, 2, 2, 3], [(0, 1.0), (0.5, 2.0), (0.5, 2.0), (1, 0.0)]) == pytest.approx(1.0)
-  assert math.isnan(lab_rank.spearman([1, 1, 1], [1, 2, 3]))
+  d = ranking_lib.average_ranks(list(x)) - ranking_lib.average_ranks(list(y))
+  assert ranking_lib.spearman(x, y) == pytest.approx(1 - 6 * np.sum(d ** 2) / (20 * (20 ** 2 - 1)))
+  np.testing.assert_array_equal(ranking_lib.average_ranks([3, 1, 3, 2]), [3.5, 1, 3.5, 2])
+  assert ranking_lib.spearman([1, 2, 2, 3], [(0, 1.0), (0.5, 2.0), (0.5, 2.0), (1, 0.0)]) == pytest.approx(1.0)
+  assert math.isnan(ranking_lib.spearman([1, 1, 1], [1, 2, 3]))
 
 
 def test_growth_fits_recover_slope_and_rate():
@@ -301,11 +303,12 @@ def test_scale_ratio_counts_identity_blocks_as_invariant():
 
 GRID = '''
 from nplace.config import base_config
-from nplace.studies.protocol import Claim, Protocol, Threshold
+from nplace.experiments.stability import LAB_PROTOCOL
+from nplace.protocol import LR_SWEEP, Protocol, Threshold
 ARMS = {"Pre": {"model.placement": "pre"}, "Peri": {"model.placement": "peri"}, "Post": {"model.placement": "post"}}
 def protocol(arg="cpu"):
-  return Protocol("g", 1, "", 2, 100, 0, 0.95, (Threshold("min_effect", 0.05, ""), Threshold("did_not_learn", 0.1, ""),
-                  Threshold("spike_rebound", 1.0, "")), ())
+  return Protocol("g", 1, LR_SWEEP, "", 2, 100, 0, 0.95, (Threshold("min_effect", 0.05, ""),
+                  Threshold("did_not_learn", 0.1, ""), Threshold("spike_rebound", 1.0, "")), (), lab=LAB_PROTOCOL)
 def get_config(arg="cpu"):
   c = base_config()
   c.model.update(vocab_size=512, max_len=8, n_layer=2, d_model=32, n_head=2)
@@ -364,9 +367,9 @@ def test_rank_scores_each_configuration_and_seed_at_its_trained_shape(tmp_path, 
   out = capsys.readouterr().out
   assert "Spearman's rho 1.000 [1.000, 1.000] over 6 configurations" in out  # both orders: peri, pre, post
 
-  from nplace.studies.report import verdicts
-  page = verdicts.write(tmp_path / "results", repo=tmp_path).read_text()
-  assert f"lab protocol v{lab_rank.PROTOCOL.version}, rule version {lab_checks.RULE_VERSION}" in page
+  from nplace.studies.report import page as results_page
+  page = results_page.write(tmp_path / "results", repo=tmp_path).read_text()
+  assert f"lab protocol v{LAB_PROTOCOL.version}, rule version {lab_checks.RULE_VERSION}" in page
   assert "| The lab's score ranks the configurations as their LR sensitivity does" in page
   assert "**reproduced** | Spearman's rho, lab score vs LR sensitivity: 6 configurations: 1.00 [1.00, 1.00]" in page
   assert all(f"| {v} | `{c}` |" in page for v, c, _ in lab_checks.RULE_HISTORY)
@@ -448,12 +451,12 @@ def test_the_rank_bootstrap_resamples_seeds_in_pairs():
     def per_seed(self, metric, arm, shape):
       return self.sensitivity[arm]
   scores = {(a, "s", seed): {"a": 1, "b": 2, "c": 3}[a] for a in "abc" for seed in (0, 1)}
-  ranking = lab_rank.Ranking(lab_rank.PROTOCOL, Sweep({"a": [0.1, 0.1], "b": [0.2, 0.2], "c": [0.3, 0.3]}), scores)
+  ranking = ranking_lib.Ranking(LAB_PROTOCOL, Sweep({"a": [0.1, 0.1], "b": [0.2, 0.2], "c": [0.3, 0.3]}), scores)
   assert ranking.rho() == (1.0, 1.0, 1.0)
-  mixed = lab_rank.Ranking(lab_rank.PROTOCOL, Sweep({"a": [0.1, 0.5], "b": [0.2, 0.2], "c": [0.3, 0.0]}), scores)
+  mixed = ranking_lib.Ranking(LAB_PROTOCOL, Sweep({"a": [0.1, 0.5], "b": [0.2, 0.2], "c": [0.3, 0.0]}), scores)
   rho, low, high = mixed.rho()
   assert low <= -0.5 and high == 1.0
-  verdicts = {v.claim.id: v.verdict for v in lab_rank.protocol_lib.judge(lab_rank.PROTOCOL, mixed)}
+  verdicts = {v.claim.id: v.verdict for v in judge.judge(LAB_PROTOCOL, mixed)}
   assert verdicts == {"lab_agrees": "not reproduced", "lab_meets_target": "not reproduced"}
 
 

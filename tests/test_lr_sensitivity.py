@@ -5,11 +5,11 @@ import math
 import pytest
 
 from nplace.studies import lr_sensitivity, outcomes
-from nplace.studies.protocol import Protocol, Threshold
+from nplace.protocol import LR_SWEEP, Protocol, Threshold
 from nplace.studies.results import Trial
 from nplace.train.summary import Summary
 
-PROTOCOL = Protocol("t", 1, "", 2, 100, 0, 0.95, (Threshold("did_not_learn", 0.1, ""),), ())
+PROTOCOL = Protocol("t", 1, LR_SWEEP, "", 2, 100, 0, 0.95, (Threshold("did_not_learn", 0.1, ""),), ())
 ARMS = {"Pre": {"model.placement": "pre"}, "Peri": {"model.placement": "peri"}}
 FREQ, RATE, VOCAB = 4.5, 1.5, 512
 
@@ -55,7 +55,7 @@ def test_a_seed_missing_a_learning_rate_has_no_sensitivity():
 
 def test_trials_of_no_arm_are_left_out():
   m = lr_sensitivity.Measures(PROTOCOL, ARMS, grid() + [trial("post", 1e-3, 0, 3.0)])
-  assert m.arms == ["Pre", "Peri"] and len(m.trials) == 12
+  assert m.arms == ["Pre", "Peri"] and len(m.points) == 12
 
 
 def test_a_grid_without_a_sweep_is_measured_by_its_final_loss():
@@ -74,22 +74,22 @@ def test_a_grid_without_a_sweep_is_measured_by_its_final_loss():
 
 def test_measures_classify_by_the_protocols_outcome_rules_and_arms():
   """A run that blew up above its loss at init before learning (7 -> 11 nats) and ended at 6.5:
-  `did_not_learn` under rules 1, `diverged` under a protocol declaring rules 2; a protocol's
+  `did_not_learn` under protocol 1's rules, `diverged` under a protocol declaring `blow_ups`; a protocol's
   own arms (here with weight decay) are the ones `results.arms` hands the measures."""
   from nplace.studies import results
   blown = Trial("pre,blown", {"model.placement": "pre", "optim.lr": 1.0, "seed": 0},
                 Summary(val_loss=6.5, frequency_loss=FREQ, entropy_rate=RATE, step=100),
                 [(1, 7.0), (20, 11.0), (100, 6.5)], 10, VOCAB)
-  assert lr_sensitivity.Measures(PROTOCOL, ARMS, [blown]).trials[0][5] == outcomes.DID_NOT_LEARN
-  rules_2 = dataclasses.replace(PROTOCOL, outcome_rules=2)
-  assert lr_sensitivity.Measures(rules_2, ARMS, [blown]).trials[0][5] == outcomes.DIVERGED
+  assert lr_sensitivity.Measures(PROTOCOL, ARMS, [blown]).points[0].outcome == outcomes.DID_NOT_LEARN
+  rules_2 = dataclasses.replace(PROTOCOL, blow_ups=True)
+  assert lr_sensitivity.Measures(rules_2, ARMS, [blown]).points[0].outcome == outcomes.DIVERGED
   module = type("Grid", (), {"ARMS": ARMS})
   own = {"Pre, no weight decay": {"model.placement": "pre", "optim.weight_decay": 0.0}}
   assert results.arms(module, PROTOCOL) is ARMS
   assert results.arms(module, dataclasses.replace(PROTOCOL, arms=own)) is own
 
 
-RULES_2 = dataclasses.replace(PROTOCOL, outcome_rules=2,
+RULES_2 = dataclasses.replace(PROTOCOL, blow_ups=True, diverged_at_cap=True,
                               thresholds=PROTOCOL.thresholds + (Threshold("bracket_margin", 0.05, ""),))
 
 
@@ -108,7 +108,7 @@ def test_rules_2_measure_the_maximum_stable_rate_and_count_a_diverged_seed_as_th
   trials = [sweep_trial(1e-3, 0, 2.5), sweep_trial(1e-2, 0, 2.0), sweep_trial(1e-1, 0, 6.2, blown),
             sweep_trial(1e-3, 1, 2.5), sweep_trial(1e-2, 1, 2.1), sweep_trial(1e-1, 1, 2.3)]
   m = lr_sensitivity.Measures(RULES_2, ARMS, trials)
-  assert [t[5] for t in m.trials if t[3] == 1e-1] == [outcomes.DIVERGED, outcomes.LEARNED]
+  assert [p.outcome for p in m.points if p.lr == 1e-1] == [outcomes.DIVERGED, outcomes.LEARNED]
   assert m.per_seed("max_stable_lr", "Pre", "as configured") == [2.0, 1.0]  # -log10 of 1e-2, 1e-1
   lrs, means = m.mean_curve("Pre", "as configured")
   assert means[-1] == pytest.approx((math.log(VOCAB) + 2.3) / 2)  # the diverged seed at ln V
@@ -128,10 +128,10 @@ def test_an_optimum_whose_neighbours_sit_within_the_margin_is_not_bracketed():
 def test_a_transient_blow_up_is_counted_beside_the_spikes_not_as_a_failure():
   recovered = {0: 6.0, 10: 5.0, 20: 9.0, 30: 4.0, 100: 2.0}
   m = lr_sensitivity.Measures(RULES_2, ARMS, [sweep_trial(1e-1, 0, 2.0, recovered)])
-  assert m.trials[0][5] == outcomes.LEARNED
+  assert m.points[0].outcome == outcomes.LEARNED
   [found] = m.blow_ups("Pre", "as configured")
   assert (found.step, found.peak, found.recovered) == (20, 3.0, True)
-  assert outcomes.spikes(m.trials[0][4].loss, 10, 1.0, rules=2) == []  # above init: a blow-up, not a spike
+  assert outcomes.spikes(m.points[0].trial.loss, 10, 1.0, blow_ups=True) == []  # above init: a blow-up, not a spike
 
 
 def test_a_horizon_measures_the_trials_as_they_stood_then():
@@ -139,11 +139,11 @@ def test_a_horizon_measures_the_trials_as_they_stood_then():
   late = sweep_trial(1e-2, 0, 2.0, {s: 6.0 if s <= 50 else 2.0 for s in range(0, 101, 10)})
   late.val_loss = [(50, FREQ), (100, 2.0)]
   half = lr_sensitivity.Measures(RULES_2, ARMS, [late], horizon=0.5)
-  assert half.trials[0][4].summary.val_loss == FREQ and half.trials[0][4].loss[-1] == (50, 6.0)
-  assert half.trials[0][5] == outcomes.DID_NOT_LEARN
-  assert lr_sensitivity.Measures(RULES_2, ARMS, [late]).trials[0][5] == outcomes.LEARNED
+  assert half.points[0].trial.summary.val_loss == FREQ and half.points[0].trial.loss[-1] == (50, 6.0)
+  assert half.points[0].outcome == outcomes.DID_NOT_LEARN
+  assert lr_sensitivity.Measures(RULES_2, ARMS, [late]).points[0].outcome == outcomes.LEARNED
   stopped = dataclasses.replace(late, summary=dataclasses.replace(late.summary, status="diverged", diverged_at=80))
-  assert lr_sensitivity.Measures(RULES_2, ARMS, [stopped], horizon=0.5).trials[0][4].summary.status == "completed"
+  assert lr_sensitivity.Measures(RULES_2, ARMS, [stopped], horizon=0.5).points[0].trial.summary.status == "completed"
 
 
 def test_the_trials_of_the_grid_not_yet_filed_are_counted_per_shape():

@@ -152,7 +152,7 @@ def per_step(*segments):
 
 def classify2(loss, **fields):
   s = summary(entropy_rate=ENTROPY, **fields)
-  return outcomes.classify(s, loss, WARMUP, 0.1, rules=2), outcomes.blow_up(s, loss, WARMUP)
+  return outcomes.classify(s, loss, WARMUP, 0.1, blow_ups=True), outcomes.blow_up(s, loss, WARMUP)
 
 
 def test_rules_2_a_blow_up_before_any_learning_diverged():
@@ -172,7 +172,7 @@ def test_rules_2_a_blow_up_that_recovers_is_transient_not_a_spike():
   loss = per_step((WARMUP, INIT, 5.0), (40, 5.0, 3.0), (1, 9.0, 9.0), (49, 4.0, 2.3))
   outcome, blown = classify2(loss, val_loss=2.35)
   assert outcome == outcomes.LEARNED and blown.recovered and blown.peak == pytest.approx(9.0 - INIT)
-  assert outcomes.spikes(loss, WARMUP, 1.0, rules=2) == []
+  assert outcomes.spikes(loss, WARMUP, 1.0, blow_ups=True) == []
   assert [round(s.size) for s in outcomes.spikes(loss, WARMUP, 1.0)] == [6]
 
 
@@ -182,7 +182,7 @@ def test_rules_2_a_blow_up_on_text_data_diverged():
   loss = per_step((WARMUP, INIT, 5.5), (30, 5.5, 12.0), (60, 12.0, 7.0))
   s = summary(val_loss=7.0)
   assert s.entropy_rate is None and outcomes.classify(s, loss, WARMUP, 0.1) == outcomes.DID_NOT_LEARN
-  assert outcomes.classify(s, loss, WARMUP, 0.1, rules=2) == outcomes.DIVERGED
+  assert outcomes.classify(s, loss, WARMUP, 0.1, blow_ups=True) == outcomes.DIVERGED
 
 
 def test_rules_2_spikes_count_from_the_first_step_after_warmup():
@@ -190,7 +190,7 @@ def test_rules_2_spikes_count_from_the_first_step_after_warmup():
   minimum after warmup and cannot see that step as a spike; rules 2 can."""
   loss = per_step((WARMUP, INIT, 3.0), (1, 4.5, 4.5), (89, 3.0, 2.5))
   assert outcomes.spikes(loss, WARMUP, 1.0) == []
-  (spike,) = outcomes.spikes(loss, WARMUP, 1.0, rules=2)
+  (spike,) = outcomes.spikes(loss, WARMUP, 1.0, blow_ups=True)
   assert spike.step == WARMUP + 1 and spike.recovered and spike.size > 1.0
 
 

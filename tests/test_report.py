@@ -15,7 +15,8 @@ import tensorboardX
 from nplace.commands import main, train as train_command
 from nplace.config import experiment
 from nplace.studies import fits, outcomes
-from nplace.studies.report import runs, verdicts
+from nplace.studies import runs
+from nplace.studies.report import page as results_page
 from nplace.train.summary import Summary
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -23,13 +24,13 @@ NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 PNG = b"\x89PNG\r\n\x1a\n"
 GRID_FILE = """
 from nplace.config import experiment
-from nplace.studies.protocol import Claim, Protocol, Threshold
+from nplace.protocol import COMPARISON, Claim, Protocol, Threshold
 
 ARMS = {"Pre-LN": {"model.placement": "pre"}, "Peri-LN": {"model.placement": "peri"}}
 
 
 def protocol(arg="test"):
-  return Protocol("test grid", 1, "Pre-LN at a huge learning rate.", 2, 100, 0, 0.95,
+  return Protocol("test grid", 1, COMPARISON, "Pre-LN at a huge learning rate.", 2, 100, 0, 0.95,
                   (Threshold("min_effect", 0.05, "nats"), Threshold("did_not_learn", 0.1, "fraction"),
                    Threshold("spike_rebound", 1.0, "nats")),
                   (Claim("pre_diverges_more", "Pre-LN diverges more often", "divergences",
@@ -117,7 +118,7 @@ def test_results_file_a_sweep_and_regenerate_the_readme_from_them_alone(grid, tm
   assert table(text, "| claim |")[0]["verdict"] == "**reproduced**"  # Pre-LN 2 of 2 diverged, Peri-LN 0
   assert [(r["arm"], r["lr"], r["diverged"], r["learned"]) for r in table(text, "| shape | arm | lr |")] == [
       ("Pre-LN", "1e+30", "2", "0"), ("Peri-LN", "-", "0", "0")]
-  verdicts.write(results_dir)  # again, from the filed results alone: the same page
+  results_page.write(results_dir)  # again, from the filed results alone: the same page
   assert (results_dir / "README.md").read_text() == text
 
 

@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from nplace.studies import grid
-from nplace.studies.report import verdicts
-from nplace.studies.report.runs import RunsError
+from nplace.studies.report import page as results_page
+from nplace.studies.runs import RunsError
 from nplace.studies.results import Trial
 from nplace.train.summary import Summary
 
@@ -23,12 +23,12 @@ def test_the_committed_results_page_is_its_regeneration(tmp_path):
 
   copy = tmp_path / "results"
   shutil.copytree(RESULTS, copy, ignore=generated)
-  verdicts.write(copy, repo=RESULTS.parent)
+  results_page.write(copy, repo=RESULTS.parent)
   committed = (RESULTS / "README.md").read_text()
   assert (copy / "README.md").read_text() == committed
   shown = re.findall(r"!\[[^\]]*\]\((figures/[^)]+)\)", committed)
   assert shown and sorted(shown) == sorted(f"figures/{p.name}" for p in (copy / "figures").iterdir())
-  assert all((RESULTS / figure).is_file() for figure in shown)
+  assert all((copy / figure).read_bytes() == (RESULTS / figure).read_bytes() for figure in shown)
 
 
 
@@ -59,7 +59,7 @@ def test_a_protocol_2_study_run_in_part_is_judged_at_every_horizon_and_says_what
   sweep = grid.load_module(RESULTS.parent / "experiments" / "stability.py").get_sweep("cpu")
   trials = [_constructed_trial(o) for o in sweep if o["model.n_layer"] == 6]
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
-  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   assert "## stability, protocol v2" in page and "Welch t-intervals over the 5 seeds" in page
   assert "**Partly run**: not yet filed: depth 12, width 32 (175 trials)" in page
   verdict_rows = [line for line in page.splitlines() if "(`pre_diverges_more`)" in line]
@@ -84,7 +84,7 @@ def test_a_widened_grid_is_judged_on_its_own_trials_and_the_ones_it_reuses(tmp_p
     trials = [_constructed_trial(o) for o in module.get_sweep(variant) if keep(o)]
     (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
   assert module.get_config("cpu_wide").to_dict() == module.get_config("cpu").to_dict()
-  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   wide = page.split("## stability, protocol v3")[1]
   assert "400 trials" in wide and "350 trials of [stability_cpu/](stability_cpu/), the grid it widens" in wide
   assert "**Partly run**: not yet filed: depth 12, width 32 (50 trials)" in wide
@@ -92,7 +92,7 @@ def test_a_widened_grid_is_judged_on_its_own_trials_and_the_ones_it_reuses(tmp_p
   assert "| 0 / 15 of 45 |" in row, row  # its failures at 1, 3.2 and 10, 5 seeds each
   shutil.rmtree(tmp_path / "results" / "stability_cpu")
   with pytest.raises(RunsError, match=r"stability_cpu_wide: its grid .* reuses stability_cpu's trials, which are not"):
-    verdicts.write(tmp_path / "results", repo=RESULTS.parent)
+    results_page.write(tmp_path / "results", repo=RESULTS.parent)
 
 
 def _growth_trial(overrides: dict, steps=1000):
@@ -115,7 +115,7 @@ def test_a_protocol_2_growth_grid_is_judged_per_seed_and_a_missing_seed_is_not_t
   sweep = grid.load_module(RESULTS.parent / "experiments" / "growth.py").get_sweep("cpu")
   trials = [_growth_trial(o) for o in sweep]
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
-  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   rows = {claim: next(line for line in page.splitlines() if f"(`{claim}`)" in line)
           for claim in ("pre_exponential", "peri_at_most_linear", "peri_variance_at_most_quadratic")}
   assert "**reproduced**" in rows["pre_exponential"] and "**reproduced**" in rows["peri_at_most_linear"]
@@ -123,16 +123,16 @@ def test_a_protocol_2_growth_grid_is_judged_per_seed_and_a_missing_seed_is_not_t
   assert "called exponential with probability 0.8 from r = 0.0148 per layer" in page
   assert "| Peri-LN | 3: 0.14 ± 0.00 → 0.23 ± 0.00," in page  # (1 + 0.6 s) / (1 + 6) at s = 0, 1
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials[1:]))  # one seed of one depth gone
-  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   assert "**not testable at this tier**" in next(line for line in page.splitlines() if "(`pre_exponential`)" in line)
   assert "**Partly run**: not yet filed: Pre-LN (1 trials)" in page
   shallow = [t for t in trials if t.overrides["model.n_layer"] != 96]  # a part filed without the deepest
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in shallow))
-  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   assert "3 seeds at depths 3, 6, 12, 24, 48, 96 and" in page and "from r = 0.0148 per layer" in page
   assert "are left out" not in page
   shrunk = next(t for t in trials if t.overrides["model.placement"] == "peri")
   shrunk.probes["mean_abs"]["values"].reverse()  # its stream ends below where it started
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
-  page = verdicts.write(tmp_path / "results", repo=RESULTS.parent).read_text()
+  page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   assert "seeds whose growth is not positive at some depth are left out: Peri-LN 1 of 3]" in page

@@ -14,8 +14,8 @@ from etils import epath
 from nplace.commands import train
 from nplace.commands.flags import Command
 from nplace.errors import UsageError
-from nplace.studies import results
-from nplace.studies.report import build, runs, verdicts
+from nplace.studies import results, runs
+from nplace.studies.report import build, page
 
 
 def _define(fv):
@@ -48,7 +48,7 @@ def main(argv):
         study, kept = results.export(d, fv.results, _trained_config)
         print(f"filed {len(study.trials) - kept} trials of {d} in {study.path}"
               + (f" (beside {kept} filed before)" if kept else ""))
-      path = verdicts.write(fv.results)
+      path = page.write(fv.results)
     except runs.RunsError as e:
       raise UsageError(str(e)) from None
     print(f"results: {path}")

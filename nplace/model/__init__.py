@@ -2,6 +2,9 @@
 Block, any placement of nplace/placements.py), `layers.py` (norm, attention, MLP),
 `fused_attention.py` (the attention kernels per platform), `size.py` (parameters and FLOPs).
 
+Rule: model imports only the config, the placements and runtime (the layout of its arrays);
+training, probes and studies read the model, never the other way round.
+
 Shape legend. An array's name ends in its axes, one letter each (`h_BTD`, `q_BTHK`); every
 letter has one meaning across the package:
 

@@ -1,2 +1,11 @@
-"""Studies: grids of trials (`grid`), run by `sweep`, judged by `outcomes`, tabulated and drawn
-by `report`, and predicted at init by the `lab`; `fits` holds the growth fits both use."""
+"""Studies: grids of trials (`grid`) run by `sweep`, filed as results (`results`, `runs`), each
+run's outcome (`outcomes`), a protocol's measures by its kind (`measures`: `lr_sensitivity`,
+`depth_growth`, `collapse`, the lab's `ranking`) and its verdicts (`judge`, with `intervals`
+and `fits`); `markdown` writes the pieces of a page. Protocols are declared in the grid files
+(experiments/*.py) in nplace/protocol.py's vocabulary; the lab (`lab/`) predicts at init, and
+`report/` draws the pages.
+
+Rule: the modules here may import the config, placements, protocol, train, probes, logs and
+runtime, and load experiment files at run time (never at import); none of them imports `lab/`
+or `report/`. `lab/` may import them, never `report/`; `report/` only renders, and only the
+commands import it."""

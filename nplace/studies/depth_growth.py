@@ -11,12 +11,12 @@ import math
 import numpy as np
 from scipy import stats
 
-from nplace.studies import fits, protocol as protocol_lib
+from nplace.studies import fits, intervals, judge
 
 DEPTH, WEIGHT_DECAY = "model.n_layer", "optim.weight_decay"
 QUANTITIES = {"mean_abs": "mean |h|", "var_entry": "entry-wise variance", "var_data": "data-wise variance"}
-METRICS = ("exponential_over_linear", "power_at_most_one", "lower_at_every_depth", "slope_rises",
-           "variance_power_at_most_two")
+METRICS = ("exponential_over_linear", "power_at_most", "lower_at_every_depth", "slope_rises",
+           "variance_power_at_most")
 
 
 def power_fit(depths, values, interval: float) -> tuple[float, float, float]:
@@ -39,7 +39,7 @@ class Measures:
   def __init__(self, protocol, arms: dict, trials):
     self.protocol, self.points = protocol, {}  # (arm, shape) -> {depth: trial}
     for trial in trials:
-      arm = protocol_lib.arm_of(arms, trial.overrides)
+      arm = judge.arm_of(arms, trial.overrides)
       if arm is not None and DEPTH in trial.overrides:
         shape = f"weight decay {trial.overrides.get(WEIGHT_DECAY, 'as configured')}"
         self.points.setdefault((arm, shape), {})[int(trial.overrides[DEPTH])] = trial
@@ -54,35 +54,36 @@ class Measures:
              if quantity in t.probes]
     return np.array([d for d, _ in found]), np.array([v for _, v in found], float)
 
-  def verdict(self, claim, protocol) -> protocol_lib.Verdict:
+  def verdict(self, claim, protocol) -> judge.Verdict:
     effects, held = [], []
     for shape in self.shapes:
-      depths, values = self.top(claim.worse, shape)
       if claim.metric == "lower_at_every_depth":
+        depths, values = self.top(claim.worse, shape)
         d_better, v_better = self.top(claim.better, shape)
         if len(depths) < 2 or list(depths) != list(d_better):
           return self._untestable(claim, effects)
         ratio = float(np.max(v_better / values))
-        effects.append(protocol_lib.Effect(shape, ratio, math.nan, math.nan, 1, "largest ratio over depths"))
+        effects.append(judge.Effect(shape, ratio, math.nan, math.nan, 1, "largest ratio over depths"))
         held.append(ratio < 1)
         continue
+      depths, values = self.top(claim.arm, shape)
       p, low, high = power_fit(depths, values, protocol.interval)
       if math.isnan(p):
         return self._untestable(claim, effects)
-      if claim.metric == "power_at_most_one":
-        effects.append(protocol_lib.Effect(shape, p, low, high, 1, "exponent p of D^p"))
-        held.append(high <= 1 + 1e-9)  # exactly linear data fits p = 1 to rounding
+      if claim.metric == "power_at_most":
+        effects.append(judge.Effect(shape, p, low, high, 1, "exponent p of D^p"))
+        held.append(high <= claim.at_most + 1e-9)  # exactly linear data fits p = 1 to rounding
       else:  # exponential_over_linear
         gap = fits.exponential(depths, values) - fits.linear(depths, values)
-        effects.append(protocol_lib.Effect(shape, gap, math.nan, math.nan, 1, "R² exponential − linear"))
+        effects.append(judge.Effect(shape, gap, math.nan, math.nan, 1, "R² exponential − linear"))
         held.append(gap > protocol.threshold("min_r2_gap"))
-    verdict = protocol_lib.REPRODUCED if all(held) else protocol_lib.NOT_REPRODUCED
-    return protocol_lib.Verdict(claim, verdict, tuple(effects), None,
+    verdict = judge.REPRODUCED if all(held) else judge.NOT_REPRODUCED
+    return judge.Verdict(claim, verdict, tuple(effects), None,
                                 "seeds per depth, more depths, longer training (one seed here)")
 
   @staticmethod
   def _untestable(claim, effects):
-    return protocol_lib.Verdict(claim, protocol_lib.NOT_TESTABLE, tuple(effects), None,
+    return judge.Verdict(claim, judge.NOT_TESTABLE, tuple(effects), None,
                                 "every depth trained and probed (>= 3, values > 0)")
 
 
@@ -154,7 +155,7 @@ class SeedMeasures:
     self.protocol, self.horizon = protocol, horizon
     self.points = {}  # arm -> {(depth, seed): trial}
     for trial in trials:
-      arm = protocol_lib.arm_of(arms, trial.overrides)
+      arm = judge.arm_of(arms, trial.overrides)
       if arm is not None and DEPTH in trial.overrides:
         self.points.setdefault(arm, {})[(int(trial.overrides[DEPTH]), trial.overrides.get("seed"))] = trial
     self.arms = [a for a in arms if a in self.points]
@@ -165,7 +166,7 @@ class SeedMeasures:
     self.declared_depths = sorted({int(o[DEPTH]) for o in expected if DEPTH in o}) or self.depths
     self.missing = {}
     for overrides in expected:
-      arm = protocol_lib.arm_of(arms, overrides)
+      arm = judge.arm_of(arms, overrides)
       if arm is not None and (int(overrides[DEPTH]), overrides.get("seed")) not in self.points.get(arm, {}):
         self.missing[arm] = self.missing.get(arm, 0) + 1
 
@@ -193,7 +194,7 @@ class SeedMeasures:
 
   def per_seed(self, metric, arm) -> list[float]:
     """The per-seed statistic of a claim's metric (NaN for a seed it is not defined for)."""
-    quantity = "var_entry" if metric == "variance_power_at_most_two" else "mean_abs"
+    quantity = "var_entry" if metric == "variance_power_at_most" else "mean_abs"
     values = []
     for seed in self.seeds:
       found = self.growth(arm, seed, quantity)
@@ -205,26 +206,26 @@ class SeedMeasures:
         values.append(growth_power(*found))
     return values
 
-  def verdict(self, claim, protocol) -> protocol_lib.Verdict:
-    values = self.per_seed(claim.metric, claim.worse)
+  def verdict(self, claim, protocol) -> judge.Verdict:
+    values = self.per_seed(claim.metric, claim.arm)
     rng = np.random.default_rng(protocol.bootstrap_seed)
     if self.missing or len(values) < protocol.seeds or not np.all(np.isfinite(values)):
       left = "; ".join(f"{arm}: {n} trials not filed" for arm, n in self.missing.items())
-      return protocol_lib.Verdict(claim, protocol_lib.NOT_TESTABLE, (), None,
+      return judge.Verdict(claim, judge.NOT_TESTABLE, (), None,
                                   left or f"every depth with all {protocol.seeds} seeds, growth above init > 0 "
                                           "at every depth")
-    mean, low, high = protocol_lib.mean_interval(values, protocol, rng)
+    mean, low, high = intervals.mean_interval(values, protocol, rng)
     if claim.metric == "slope_rises":
       bound = protocol.threshold("min_slope_rise")
-      effect = protocol_lib.Effect(self.SHAPE, mean, low, high, len(values), "slope rise, deep − shallow")
-      verdict = protocol_lib.REPRODUCED if low > bound else protocol_lib.NOT_REPRODUCED
+      effect = judge.Effect(self.SHAPE, mean, low, high, len(values), "slope rise, deep − shallow")
+      verdict = judge.REPRODUCED if low > bound else judge.NOT_REPRODUCED
       change = f"the interval's low end {'below' if low > bound else 'above'} {bound:g}"
     else:
-      bound = 2.0 if claim.metric == "variance_power_at_most_two" else 1.0
-      effect = protocol_lib.Effect(self.SHAPE, mean, low, high, len(values), "exponent p of D^p")
-      verdict = (protocol_lib.REPRODUCED if high <= bound + 1e-9 else  # exact D^bound fits it to rounding
-                 protocol_lib.NOT_REPRODUCED if low > bound else protocol_lib.NOT_TESTABLE)
-      change = (f"an interval reaching above {bound:g}" if verdict == protocol_lib.REPRODUCED else
-                f"an interval reaching {bound:g} or below" if verdict == protocol_lib.NOT_REPRODUCED else
+      bound = claim.at_most
+      effect = judge.Effect(self.SHAPE, mean, low, high, len(values), "exponent p of D^p")
+      verdict = (judge.REPRODUCED if high <= bound + 1e-9 else  # exact D^bound fits it to rounding
+                 judge.NOT_REPRODUCED if low > bound else judge.NOT_TESTABLE)
+      change = (f"an interval reaching above {bound:g}" if verdict == judge.REPRODUCED else
+                f"an interval reaching {bound:g} or below" if verdict == judge.NOT_REPRODUCED else
                 f"more seeds: the interval straddles {bound:g}")
-    return protocol_lib.Verdict(claim, verdict, (effect,), None, change)
+    return judge.Verdict(claim, verdict, (effect,), None, change)

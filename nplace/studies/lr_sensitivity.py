@@ -11,18 +11,18 @@ the loss of uniform predictions, where a GPT-2-initialised model starts. `freque
 caps at the frequency loss instead: how far above unigram statistics the sweep stays.
 
 `Measures` computes them per arm, model shape and seed from a study's committed trials, for
-nplace/studies/protocol.py's `judge`; a grid without a learning-rate sweep (one point per arm
-and seed) is measured by its `final_loss`. Under outcome rules 2 (study A's protocol 2,
-experiments/stability.py) it also measures each seed's maximum stable learning rate, counts
-a diverged seed as the cap in the mean curve, and measures the trials as they stood at an
-earlier `horizon` (a fraction of the run) from their filed evaluations and per-step losses.
+nplace/studies/judge.py; a grid without a learning-rate sweep (one point per arm and seed) is
+measured by its `final_loss`. It also measures each seed's maximum stable learning rate, and
+the trials as they stood at an earlier `horizon` (a fraction of the run) from their filed
+evaluations and per-step losses; the protocol's `blow_ups` and `diverged_at_cap` say how a
+run's outcome and the mean curve are read.
 """
 import dataclasses
 import math
 
 import numpy as np
 
-from nplace.studies import outcomes, protocol as protocol_lib
+from nplace.studies import judge, outcomes
 
 LR, SEED = "optim.lr", "seed"
 SHAPE_KEYS = (("model.n_layer", "depth"), ("model.d_model", "width"))
@@ -37,6 +37,22 @@ def sensitivity(losses, cap: float) -> float:
 def shape_of(overrides: dict) -> str:
   parts = [f"{name} {overrides[key]}" for key, name in SHAPE_KEYS if key in overrides]
   return ", ".join(parts) or "as configured"
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  """One trial of the grid where it sits: its arm, model shape, seed and learning rate (None
+  without a sweep), and its outcome under the protocol."""
+  arm: str
+  shape: str
+  seed: object
+  lr: float | None
+  trial: object  # nplace/studies/results.py's Trial, as it stood at the horizon
+  outcome: str
+
+  def at(self, arm, shape, lr=None) -> bool:
+    """Whether the point is the arm's in the shape (at the rate, when one is given)."""
+    return (self.arm, self.shape) == (arm, shape) and lr in (None, self.lr)
 
 
 def at_horizon(trial, step: int):
@@ -61,41 +77,44 @@ class Measures:
     """`expected`: the grid's trials' overrides (grid.expand), so a grid run in part knows what
     is missing; `horizon`: the fraction of the run (of the longest trial's steps) measured."""
     self.protocol, self.horizon = protocol, horizon
-    self.trials = []  # (arm, shape, seed, lr, trial, outcome)
+    self.points: list[Point] = []
     did_not_learn = protocol.threshold("did_not_learn")
     trials = list(trials)
     self.steps = max((t.summary.step for t in trials), default=0)
     for trial in trials:
-      arm = protocol_lib.arm_of(arms, trial.overrides)
+      arm = judge.arm_of(arms, trial.overrides)
       if arm is None:
         continue
       trial = at_horizon(trial, round(horizon * self.steps))
-      outcome = outcomes.classify(trial.summary, trial.loss, trial.warmup, did_not_learn, protocol.outcome_rules)
+      outcome = outcomes.classify(trial.summary, trial.loss, trial.warmup, did_not_learn, protocol.blow_ups)
       lr = trial.overrides.get(LR)
-      self.trials.append((arm, shape_of(trial.overrides), trial.overrides.get(SEED),
-                          None if lr is None else float(lr), trial, outcome))
-    self.arms = [a for a in arms if any(t[0] == a for t in self.trials)]
-    self.shapes = list(dict.fromkeys(t[1] for t in self.trials))
-    self.lrs = sorted({t[3] for t in self.trials}, key=lambda lr: -math.inf if lr is None else lr)
+      self.points.append(Point(arm, shape_of(trial.overrides), trial.overrides.get(SEED),
+                               None if lr is None else float(lr), trial, outcome))
+    self.arms = [a for a in arms if any(p.arm == a for p in self.points)]
+    self.shapes = list(dict.fromkeys(p.shape for p in self.points))
+    self.lrs = sorted({p.lr for p in self.points}, key=lambda lr: -math.inf if lr is None else lr)
     self.swept = None not in self.lrs  # a learning-rate sweep, not one point per arm
-    self.seeds = sorted({t[2] for t in self.trials}, key=str)
-    run = {(t[0], t[1], t[2], t[3]) for t in self.trials}
+    self.seeds = sorted({p.seed for p in self.points}, key=str)
+    run = {(p.arm, p.shape, p.seed, p.lr) for p in self.points}
     self.missing = {}  # shape -> trials of the grid not (yet) filed
     for overrides in expected:
-      arm = protocol_lib.arm_of(arms, overrides)
+      arm = judge.arm_of(arms, overrides)
       lr = overrides.get(LR)
       key = (arm, shape_of(overrides), overrides.get(SEED), None if lr is None else float(lr))
       if arm is not None and key not in run:
         self.missing[key[1]] = self.missing.get(key[1], 0) + 1
 
-  def cell(self, arm, shape, seed, lr):
-    return next((t for t in self.trials if t[:4] == (arm, shape, seed, lr)), None)
+  def of(self, arm, shape, lr=None) -> list[Point]:
+    """The arm's points in the shape (at the rate, when one is given)."""
+    return [p for p in self.points if p.at(arm, shape, lr)]
 
-  def final_loss(self, entry) -> float:
+  def cell(self, arm, shape, seed, lr) -> Point | None:
+    return next((p for p in self.of(arm, shape, lr) if (p.seed, p.lr) == (seed, lr)), None)
+
+  def final_loss(self, point: Point) -> float:
     """The final val loss, NaN for a diverged run (so every cap treats it as the cap)."""
-    _, _, _, _, trial, outcome = entry
-    val = trial.summary.val_loss
-    return math.nan if outcome == outcomes.DIVERGED or val is None else float(val)
+    val = point.trial.summary.val_loss
+    return math.nan if point.outcome == outcomes.DIVERGED or val is None else float(val)
 
   def curve(self, arm, shape, seed) -> list[float] | None:
     """The seed's final losses at every learning rate of the grid; None when one is missing."""
@@ -103,7 +122,7 @@ class Measures:
     return None if None in entries else [self.final_loss(e) for e in entries]
 
   def cap(self, arm, shape, which: str) -> float:
-    trial = next(t[4] for t in self.trials if t[:2] == (arm, shape))
+    trial = self.of(arm, shape)[0].trial
     return math.log(trial.vocab_size) if which == "init" else trial.summary.frequency_loss
 
   def max_stable_lr(self, arm, shape, seed) -> float | None:
@@ -112,7 +131,7 @@ class Measures:
     entries = [self.cell(arm, shape, seed, lr) for lr in self.lrs]
     if None in entries:
       return None
-    return max((e[3] for e in entries if e[5] == outcomes.LEARNED), default=None)
+    return max((p.lr for p in entries if p.outcome == outcomes.LEARNED), default=None)
 
   def per_seed(self, metric: str, arm: str, shape: str) -> list[float | None]:
     """lr_sensitivity | frequency_sensitivity | best_loss | max_stable_lr of each seed (a
@@ -137,29 +156,28 @@ class Measures:
 
   def divergences(self, arm: str, shape: str | None = None) -> tuple[int, int]:
     """(diverged runs, runs) of the arm over the whole grid (or one shape)."""
-    mine = [t for t in self.trials if t[0] == arm and shape in (None, t[1])]
-    return sum(t[5] == outcomes.DIVERGED for t in mine), len(mine)
+    mine = [p for p in self.points if p.arm == arm and shape in (None, p.shape)]
+    return sum(p.outcome == outcomes.DIVERGED for p in mine), len(mine)
 
   def blow_ups(self, arm: str, shape: str, lr: float | None = None) -> list:
-    """The transient blow-ups (outcome rules 2: above the loss at init, then recovered) of the
+    """The transient blow-ups (above the loss at init, then recovered: outcomes.blow_up) of the
     arm's runs in the shape (at one rate, or all)."""
-    found = [outcomes.blow_up(t[4].summary, t[4].loss, t[4].warmup) for t in self.trials
-             if t[:2] == (arm, shape) and lr in (None, t[3]) and t[5] != outcomes.DIVERGED]
+    found = [outcomes.blow_up(p.trial.summary, p.trial.loss, p.trial.warmup) for p in self.of(arm, shape, lr)
+             if p.outcome != outcomes.DIVERGED]
     return [b for b in found if b is not None and b.recovered]
 
   def counts(self, arm: str, shape: str, lr: float) -> dict:
     """Outcome class -> runs, over the seeds at one grid point."""
-    found = [t[5] for t in self.trials if t[:2] == (arm, shape) and t[3] == lr]
+    found = [p.outcome for p in self.points if p.at(arm, shape) and p.lr == lr]
     return {c: found.count(c) for c in outcomes.CLASSES}
 
   def mean_curve(self, arm: str, shape: str) -> tuple[np.ndarray, np.ndarray]:
     """(lrs, mean final loss) for the figure and the best lr: over the seeds that stayed
-    finite (rules 1), or with a diverged seed counted as the cap ln V (rules 2), so a rate
-    where seeds diverged cannot be best."""
+    finite, or with a diverged seed counted as the cap ln V (the protocol's `diverged_at_cap`)."""
     lrs, means = [], []
-    cap = self.cap(arm, shape, "init") if self.protocol.outcome_rules >= 2 else None
+    cap = self.cap(arm, shape, "init") if self.protocol.diverged_at_cap else None
     for lr in self.lrs:
-      losses = [self.final_loss(t) for t in self.trials if t[:2] == (arm, shape) and t[3] == lr]
+      losses = [self.final_loss(p) for p in self.points if p.at(arm, shape) and p.lr == lr]
       kept = [x if math.isfinite(x) else cap for x in losses if math.isfinite(x) or cap is not None]
       if kept:
         lrs.append(lr), means.append(np.mean(kept))
@@ -167,15 +185,14 @@ class Measures:
 
   def best_lr(self, arm: str, shape: str) -> tuple[float | None, bool]:
     """(the rate of the lowest mean loss, whether it is bracketed: inside the sweep, with the
-    mean loss at both neighbouring rates at least `bracket_margin` above it where the protocol
-    declares one)."""
+    mean loss at both neighbouring rates at least the protocol's `bracket_margin` above it)."""
     lrs, means = self.mean_curve(arm, shape)
     if not len(lrs):
       return None, False
     i = int(np.argmin(means))
     if lrs[i] in (self.lrs[0], self.lrs[-1]) or i in (0, len(lrs) - 1):
       return float(lrs[i]), False
-    margin = next((t.value for t in self.protocol.thresholds if t.name == "bracket_margin"), 0.0)
+    margin = self.protocol.threshold("bracket_margin")
     return float(lrs[i]), bool(min(means[i - 1], means[i + 1]) - means[i] >= margin)
 
   def top_rate_fails(self, arm: str, shape: str) -> bool:

@@ -1,7 +1,7 @@
 """What happened to a run: the definitions the sweeps, the report, the lab and the protocols share.
 
 Protocol 1 (`classify`, from the summary and the logged train loss; thresholds from the
-grid's protocol, nplace/studies/protocol.py):
+grid's protocol, nplace/protocol.py):
 - `diverged`: the loss or a gradient was not finite (the run stopped, skipped updates, or its
   final validation loss is NaN/inf), or after warmup the train loss had been below the
   frequency loss and then rose above it for the rest of the run.
@@ -10,8 +10,8 @@ grid's protocol, nplace/studies/protocol.py):
 - `learned`: neither. Loss spikes (`spikes`) are reported with their size and recovery; a
   spike the run recovered from is not a failure, and "did not learn" is never a divergence.
 
-Outcome rules 2 (`classify(..., rules=2)`, declared with study A's protocol 2; the logged train
-loss is then every step's, `train.log_every=1`):
+Blow-ups (`classify(..., blow_ups=True)`, a protocol's `blow_ups`, declared with study A's
+protocol 2; the logged train loss is then every step's, `train.log_every=1`):
 - a **blow-up** (`blow_up`): after warmup the train loss rose above the loss at init (the first
   step's, computed on the initial parameters), whether or not the run had learned, on
   synthetic and text data alike;
@@ -21,7 +21,7 @@ loss is then every step's, `train.log_every=1`):
   recovery beside the spikes; the run is then `learned` or `did_not_learn` as above;
 - spikes count from the first step: the running minimum includes warmup, so the first step
   after warmup can be a spike, and an excursion above the loss at init is a blow-up, not a
-  spike (`spikes(..., rules=2)`).
+  spike (`spikes(..., blow_ups=True)`).
 
 Protocol 0 (`failures`: the summary alone; its margin was set after the pilot runs, kept so
 protocol 0's pages, study A's failure table and the learning-rate scan, read as they were
@@ -82,6 +82,12 @@ def failures(summary: Summary) -> tuple[str, ...]:
   return tuple(found)
 
 
+def counts(runs) -> dict:
+  """`failed` (any kind) and each kind: how many of `runs` (with a summary) show it."""
+  found = [failures(run.summary) for run in runs]
+  return {"failed": sum(bool(f) for f in found)} | {kind: sum(kind in f for f in found) for kind in KINDS}
+
+
 DIVERGED, DID_NOT_LEARN, LEARNED = "diverged", "did_not_learn", "learned"
 CLASSES = (DIVERGED, DID_NOT_LEARN, LEARNED)
 
@@ -102,13 +108,13 @@ def learned_fraction(summary: Summary) -> float | None:
   return (freq - val) / (freq - rate)
 
 
-def spikes(loss, warmup: int, rebound: float, rules: int = 1) -> list[Spike]:
+def spikes(loss, warmup: int, rebound: float, blow_ups: bool = False) -> list[Spike]:
   """The excursions of the logged train loss `[(step, loss)]` after warmup that climbed at least
-  `rebound` nats above its running minimum. Rules 2: that minimum includes the warmup's steps
-  (the first step after warmup is judged too), and an excursion above the loss at init is a
-  blow-up (`blow_up`), not a spike."""
+  `rebound` nats above its running minimum. With `blow_ups`: that minimum includes the warmup's
+  steps (the first step after warmup is judged too), and an excursion above the loss at init is
+  a blow-up (`blow_up`), not a spike."""
   found, low, start, peak, top = [], math.inf, None, 0.0, -math.inf
-  ceiling = loss[0][1] if rules >= 2 and loss else math.inf
+  ceiling = loss[0][1] if blow_ups and loss else math.inf
 
   def close(recovered):
     if top <= ceiling:
@@ -118,7 +124,7 @@ def spikes(loss, warmup: int, rebound: float, rules: int = 1) -> list[Spike]:
     if not math.isfinite(value):
       continue
     if step <= warmup:
-      low = min(low, value) if rules >= 2 else low
+      low = min(low, value) if blow_ups else low
       continue
     if start is None:
       if value - low >= rebound:
@@ -156,7 +162,7 @@ class BlowUp:
 
 
 def blow_up(summary: Summary, loss, warmup: int) -> BlowUp | None:
-  """Rules 2's blow-up (module doc), or None: the train loss after warmup above the first
+  """The blow-up (module doc), or None: the train loss after warmup above the first
   step's, the loss at init."""
   if not loss:
     return None
@@ -169,8 +175,8 @@ def blow_up(summary: Summary, loss, warmup: int) -> BlowUp | None:
   return BlowUp(above[0][0], max(v for _, v in above) - init, bool(recovered))
 
 
-def classify(summary: Summary, loss, warmup: int, did_not_learn: float, rules: int = 1) -> str:
-  """`diverged`, `did_not_learn` or `learned` (protocol 1's rules, or `rules` 2: module doc).
+def classify(summary: Summary, loss, warmup: int, did_not_learn: float, blow_ups: bool = False) -> str:
+  """`diverged`, `did_not_learn` or `learned` (protocol 1's rules, with `blow_ups` as well: module doc).
   Without an entropy rate (text data) a run learned when its val loss is below the frequency
   loss."""
   val, freq = summary.val_loss, summary.frequency_loss
@@ -178,7 +184,7 @@ def classify(summary: Summary, loss, warmup: int, did_not_learn: float, rules: i
       or (val is not None and not math.isfinite(val))
       or any(not math.isfinite(value) for _, value in loss)):
     return DIVERGED
-  if rules >= 2:
+  if blow_ups:
     found = blow_up(summary, loss, warmup)
     if found is not None and not found.recovered:
       return DIVERGED

@@ -17,7 +17,7 @@ import pathlib
 import re
 
 from nplace.studies import grid
-from nplace.studies.report import runs as runs_lib
+from nplace.studies import runs as runs_lib
 from nplace.train.summary import Summary, SummaryError
 
 TRIALS, GRID = "trials.jsonl", "grid.json"

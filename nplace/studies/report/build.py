@@ -2,7 +2,8 @@
 what it holds (see runs.study_of)."""
 import pathlib
 
-from nplace.studies.report import generic, growth, lr_scan, markdown, runs as runs_lib, study_a, study_b
+from nplace.studies import markdown, runs as runs_lib
+from nplace.studies.report import generic, growth, lr_scan, study_a, study_b
 
 SECTIONS = {  # study -> (title, section(page, source, key) -> markdown)
     "stability": ("Study A: stability", study_a.section),

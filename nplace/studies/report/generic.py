@@ -1,8 +1,7 @@
 """The section for runs of no known study (e.g. `make demo`'s): a table and loss curves.
 Its pieces (the per-run table, loss curves) are reused by the study sections."""
 from nplace.logs import plots
-from nplace.studies import outcomes
-from nplace.studies.report import markdown, runs as runs_lib
+from nplace.studies import markdown, outcomes, runs as runs_lib
 
 
 def _digits(n: int):

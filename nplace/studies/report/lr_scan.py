@@ -4,8 +4,8 @@ import math
 import numpy as np
 
 from nplace.logs import plots
-from nplace.studies import outcomes
-from nplace.studies.report import generic, markdown, runs as runs_lib, study_a
+from nplace.studies import markdown, outcomes, runs as runs_lib
+from nplace.studies.report import generic, study_a
 
 LR = "optim.lr"
 
@@ -43,7 +43,7 @@ def best_lr(by_lr: dict) -> float | None:
 
 
 def cell(page, members) -> str:
-  c = study_a.counts(members)
+  c = outcomes.counts(members)
   loss = markdown.mean_std([run.summary.val_loss for run in members
                             if "nonfinite" not in outcomes.failures(run.summary)])
   failed = f" **failed {c['failed']}/{len(members)}**" if c["failed"] else ""

@@ -1,7 +1,15 @@
-"""Study A's table: failures per configuration over seeds (the paper's "1/5 and 3/5 vs 0/5"),
-each failure kind in its own column, and the final metrics as mean ± std over seeds."""
-from nplace.studies import outcomes
-from nplace.studies.report import generic, markdown, runs as runs_lib
+"""Study A. A sweep's report (`section`): failures per configuration over seeds (the paper's
+"1/5 and 3/5 vs 0/5"), each failure kind in its own column, and the final metrics as mean ± std
+over seeds. Its results-page tables and figures under a protocol (lr_sensitivity.Measures): LR
+sensitivity per arm, the stability table, loss against learning rate, every grid point."""
+import numpy as np
+
+from nplace.logs import plots
+from nplace.model import size
+from nplace.studies import grid, intervals, markdown, outcomes, runs as runs_lib
+from nplace.studies.report import generic, tables
+
+NO_WEIGHT_DECAY = ", no weight decay"  # the label suffix of protocol 2's arms without weight decay
 
 METRICS = (  # header, summary key; teacher-forced ROUGE beside the copy baseline it must beat
     ("val loss", "val_loss"), ("val ppl", "val_perplexity"),
@@ -14,13 +22,6 @@ def seed_links(page, runs) -> str:
   return " ".join(page.link(str(run.overrides.get("seed", run.name)), run.path) for run in runs)
 
 
-def counts(runs) -> dict:
-  """`failed` (any kind) and each kind: how many of `runs` show it."""
-  found = [outcomes.failures(run.summary) for run in runs]
-  return {"failed": sum(bool(f) for f in found)} | {kind: sum(kind in f for f in found)
-                                                     for kind in outcomes.KINDS}
-
-
 def failure_table(page, runs) -> str:
   """Rows: configurations (overrides but the seed); failures as `k/n`, metrics over seeds.
   Metrics leave out nonfinite runs (their last numbers predate the blow-up)."""
@@ -29,7 +30,7 @@ def failure_table(page, runs) -> str:
   rows = []
   for group, members in grouped.items():
     values, n = dict(group), len(members)
-    c = counts(members)
+    c = outcomes.counts(members)
     kept = [run.summary for run in members if "nonfinite" not in outcomes.failures(run.summary)]
     rows.append([*(str(values.get(k, "-")) for k in keys),
                  f"{c['failed']}/{n}", *(f"{c[kind]}/{n}" for kind in outcomes.KINDS),
@@ -56,3 +57,159 @@ def section(page, source, key: str) -> str:
            generic.run_table(page, source.runs), generic.loss_curves(page, done, key),
            markdown.commands(source.runs)]
   return "\n\n".join(p for p in parts if p)
+
+
+def _mean_cell(values, protocol, rng) -> str:
+  """`mean [interval]` over the seeds (the protocol's method), or `-` where a seed has no value."""
+  return "-" if None in values or not values else tables.ci(*intervals.mean_interval(values, protocol, rng))
+
+
+def arm_table(protocol, measures) -> str:
+  rng = np.random.default_rng(protocol.bootstrap_seed)
+  rows = []
+  for shape in measures.shapes:
+    for arm in measures.arms:
+      cells = []
+      for metric in ("lr_sensitivity", "frequency_sensitivity", "best_loss"):
+        values = measures.per_seed(metric, arm, shape)
+        cells.append(_mean_cell(values, protocol, rng))
+      lrs, means = measures.mean_curve(arm, shape)
+      best = "-"
+      if len(lrs):
+        at = lrs[int(np.argmin(means))]
+        edge = " (the sweep's edge: optimum not bracketed)" if at in (measures.lrs[0], measures.lrs[-1]) else ""
+        best = f"{at:.2g}{edge}"
+      rows.append([shape, arm, *cells, best])
+  return markdown.table(["shape", "arm", "LR sensitivity (cap ln V)", "LR sensitivity (cap frequency loss)",
+                         "best final loss", "best lr (lowest mean loss)"], rows)
+
+
+def _rates(values) -> str:
+  """Per-seed maximum stable rates (-log10 values from per_seed), as rates."""
+  return ", ".join("none" if v is None else f"{10 ** -v:.2g}" for v in values)
+
+
+def stability_table(protocol, measures) -> str:
+  """Protocol 2's per-arm table: sensitivity, best loss and its gap to the entropy rate, the
+  best rate and whether it is bracketed, each seed's maximum stable rate, failed trials by
+  kind, transient blow-ups, and whether the sweep's top rate failed."""
+  rng = np.random.default_rng(protocol.bootstrap_seed)
+  rows = []
+  for shape in measures.shapes:
+    for arm in measures.arms:
+      sensitivity = measures.per_seed("lr_sensitivity", arm, shape)
+      best = measures.per_seed("best_loss", arm, shape)
+      rate = measures.of(arm, shape)[0].trial.summary.entropy_rate
+      best_cell = _mean_cell(best, protocol, rng)
+      if None not in best and rate is not None:
+        best_cell += f" (+{np.mean(best) - rate:.2f} over the entropy rate)"
+      at, bracketed = measures.best_lr(arm, shape)
+      counts = {c: sum(measures.counts(arm, shape, lr)[c] for lr in measures.lrs) for c in outcomes.CLASSES}
+      rows.append([shape, arm, _mean_cell(sensitivity, protocol, rng),
+                   best_cell, "-" if at is None else f"{at:.2g}" + ("" if bracketed else " (not bracketed)"),
+                   _rates(measures.per_seed("max_stable_lr", arm, shape)),
+                   f"{counts[outcomes.DIVERGED]} / {counts[outcomes.DID_NOT_LEARN]} of {sum(counts.values())}",
+                   markdown.blow_ups(measures.blow_ups(arm, shape)),
+                   "yes" if measures.top_rate_fails(arm, shape) else "**no**: failure region not reached"])
+  return markdown.table(["shape", "arm", "LR sensitivity (cap ln V)", "best final loss",
+                         "best lr (lowest mean loss)", "maximum stable lr per seed",
+                         "failed: diverged / did not learn", "transient blow-ups", "top rate fails"], rows)
+
+
+def training_line(module, arg: str, measures) -> str:
+  """Tokens per trial and per parameter in each shape (the configs the grid trains)."""
+  base = module.get_config(arg)
+  tokens = base.train.steps * base.train.batch_size * base.train.get("grad_accum", 1) * base.data.seq_len
+  per_shape = []
+  for shape in measures.shapes:
+    trial = next(p.trial for p in measures.points if p.shape == shape)
+    params = size.model_info(grid.apply(base, trial.overrides, trial.name))["params"]
+    per_shape.append(f"{shape}: {markdown.count(params)} parameters, {tokens / params:.1f} tokens per parameter")
+  return f"Each trial trains on {markdown.count(tokens)} tokens; " + "; ".join(per_shape) + "."
+
+
+def sweep_figures(page, key: str, measures) -> str:
+  """Protocol 2's loss vs learning rate per shape: each seed's point, failed trials as crosses,
+  the failure region shaded, the arms without weight decay dashed in their arm's colour."""
+  parts = []
+  for shape in measures.shapes:
+    lines = tables.reference_lines(next(p.trial for p in measures.points if p.shape == shape).summary)
+    cap = measures.cap(measures.arms[0], shape, "init")
+    base_arms = list(dict.fromkeys(a.removesuffix(NO_WEIGHT_DECAY) for a in measures.arms))
+    arms = {}
+    for arm in measures.arms:
+      mine = measures.of(arm, shape)
+      ok = [p for p in mine if p.outcome == outcomes.LEARNED]
+      failed = [p for p in mine if p.outcome != outcomes.LEARNED]
+      arms[arm] = {"mean": measures.mean_curve(arm, shape),
+                   "seeds": (np.array([p.lr for p in ok]), np.array([measures.final_loss(p) for p in ok])),
+                   "failed": (np.array([p.lr for p in failed]), np.array([measures.final_loss(p) for p in failed])),
+                   "dashed": arm.endswith(NO_WEIGHT_DECAY),
+                   "color": base_arms.index(arm.removesuffix(NO_WEIGHT_DECAY))}
+    fig = plots.sweep(arms, f"peak learning rate ({shape})", "final val loss (nats)", cap, hlines=lines)
+    parts.append(page.figure(fig, f"{key}_{shape}", f"final validation loss vs learning rate, {shape}: lines "
+                             "the mean over seeds (a diverged seed at ln V, dotted), dots the seeds that "
+                             "learned, crosses the failed trials, shaded where every trial failed; dashed: "
+                             "no weight decay"))
+  return "\n\n".join(parts)
+
+
+def final_table(protocol, measures) -> str:
+  """A grid without a learning-rate sweep: each arm's final loss and learned fraction."""
+  rng = np.random.default_rng(protocol.bootstrap_seed)
+  rows = []
+  for shape in measures.shapes:
+    for arm in measures.arms:
+      values = measures.per_seed("final_loss", arm, shape)
+      loss = _mean_cell(values, protocol, rng)
+      fractions = [outcomes.learned_fraction(p.trial.summary) for p in measures.of(arm, shape)]
+      rows.append([shape, arm, loss, markdown.mean_std([f for f in fractions if f is not None], 2)])
+  return markdown.table(["shape", "arm", "final val loss, mean [interval]", "learned fraction"], rows)
+
+
+def figures(page, key: str, measures) -> str:
+  """Per shape: final loss vs learning rate (a sweep), or each arm's final loss per seed."""
+  parts = []
+  for shape in measures.shapes:
+    lines = tables.reference_lines(next(p.trial for p in measures.points if p.shape == shape).summary)
+    if measures.swept:
+      series = {}
+      for arm in measures.arms:
+        lrs, means = measures.mean_curve(arm, shape)
+        if len(lrs):
+          series[arm] = (lrs, means)
+      fig = plots.curves(series, f"peak learning rate ({shape})", "final val loss (nats)", shape, log_x=True,
+                         hlines=lines, legend_above=True)
+      caption = f"final validation loss vs learning rate, {shape}"
+    else:
+      losses = {arm: [measures.final_loss(p) for p in measures.of(arm, shape)] for arm in measures.arms}
+      fig = plots.dots(losses, "final val loss (nats)",
+                       vlines=lines)
+      caption = f"final validation loss per arm (dots: seeds, bar: their mean), {shape}"
+    parts.append(page.figure(fig, f"{key}_{shape}", caption))
+  return "\n\n".join(parts)
+
+
+def _spikes(trials, protocol) -> str:
+  return markdown.spikes([s for t in trials
+                          for s in outcomes.spikes(t.loss, t.warmup, protocol.threshold("spike_rebound"),
+                                                   protocol.blow_ups)])
+
+
+def outcome_table(protocol, measures) -> str:
+  rows = []
+  for shape in measures.shapes:
+    for arm in measures.arms:
+      for lr in measures.lrs:
+        entries = [p for p in measures.of(arm, shape) if p.lr == lr]
+        if not entries:
+          continue
+        counts = measures.counts(arm, shape, lr)
+        losses = [measures.final_loss(t) for t in entries]
+        fractions = [outcomes.learned_fraction(p.trial.summary) for p in entries]
+        blow_ups = [markdown.blow_ups(measures.blow_ups(arm, shape, lr))] if protocol.blow_ups else []
+        rows.append([shape, arm, "-" if lr is None else f"{lr:.2g}", *(str(counts[c]) for c in outcomes.CLASSES),
+                     markdown.mean_std(losses, 3), markdown.mean_std([f for f in fractions if f is not None], 2),
+                     _spikes([p.trial for p in entries], protocol), *blow_ups])
+  return markdown.table(["shape", "arm", "lr", *outcomes.CLASSES, "final val loss", "learned fraction",
+                         "loss spikes"] + (["transient blow-ups"] if protocol.blow_ups else []), rows)

@@ -1,13 +1,15 @@
-"""Study B: loss against the frequency-loss and entropy-rate lines, the collapse verdict,
-layer x step heatmaps of token similarity and of the norm backward factor, and the
-bottom/top residual-gradient ratio over training."""
+"""Study B. A sweep's report (`section`): loss against the frequency-loss and entropy-rate lines,
+the collapse verdict, layer x step heatmaps of token similarity and of the norm backward factor,
+and the bottom/top residual-gradient ratio over training. Its results-page tables and figures
+under a protocol (collapse.Measures): per arm and seed, the norms' accounting, the order of events."""
 import numpy as np
 
 from nplace.logs import plots
 from nplace.probes import figures
-from nplace.studies import outcomes
+from nplace.protocol import COLLAPSE_MECHANISMS
+from nplace.studies import collapse, markdown, outcomes, runs as runs_lib
 from nplace.studies.collapse import BACKWARD, bottom_over_top
-from nplace.studies.report import generic, markdown, runs as runs_lib, study_a
+from nplace.studies.report import generic, study_a, tables
 from nplace.train.summary import COLLAPSE_MARGIN, collapsed
 
 
@@ -108,3 +110,108 @@ def section(page, source, key: str) -> str:
   for run in done:
     parts += heatmaps(page, run, key)
   return "\n\n".join(p for p in [*parts, study_a.unfinished(source.runs), markdown.commands(source.runs)] if p)
+
+
+def collapse_table(measures) -> str:
+  """Per arm: each seed's plateau against the frequency loss, and the probes' mechanisms."""
+  rows = []
+  for arm in measures.arms:
+    found = [measures.per_seed(metric, arm) for metric in
+             ("collapses", "similarity_rises", "similarity_centered_rises", "gradient_starves",
+              "backward_below_one")]
+    cells = [tables.seed_values(values) for values, _, _ in found]
+    collapsed = sum(found[0][1])
+    fractions = [outcomes.learned_fraction(t.summary) for t in measures.by_arm[arm]]
+    rows.append([arm, f"{collapsed} of {len(measures.by_arm[arm])}", cells[0],
+                 markdown.mean_std([f for f in fractions if f is not None], 2), *cells[1:]])
+  return markdown.table(["arm", "collapsed", "plateau − frequency loss (per seed)", "learned fraction",
+                         "similarity rise at init", "centered similarity rise at init",
+                         "smallest gradient ratio", "largest backward factor after init"], rows)
+
+
+def clone_table(measures) -> str:
+  """Per arm and seed: the top block's similarity at init, raw and centered; the mean backward
+  factor at init and at the last probe; the smallest gradient ratio."""
+  rows = []
+  for arm in measures.arms:
+    for t in measures.by_arm[arm]:
+      similarity = [collapse.probe_series(t, name) for name in ("similarity", "similarity_centered")]
+      factors, ratio = collapse.backward_factors(t), collapse.gradient_ratios(t)
+      rows.append([arm, str(t.overrides.get(collapse.SEED)),
+                   *(markdown.number(f[1][0, -1], 4) if f is not None else "-" for f in similarity),
+                   f"{factors[1][0]:.3f} → {factors[1][-1]:.3f}" if factors is not None else "-",
+                   f"{ratio[1].min():.2g}" if ratio is not None else "-",  # spans orders of magnitude
+                   markdown.number(collapse.plateau_gap(t), 3)])
+  return markdown.table(["arm", "seed", "top-block similarity at init", "centered", "mean backward factor, init → end",
+                         "smallest gradient ratio", "plateau − frequency loss"], rows)
+
+
+def accounting_table(measures) -> str:
+  """At each probe step, per Post-LN arm (geometric mean over seeds): log10 of the measured
+  bottom/top gradient ratio, the norms' share and the branches' (the rest)."""
+  found = {arm: [collapse.accounting(t) for t in measures.by_arm[arm]] for arm in measures.arms}
+  found = {arm: a for arm, a in found.items() if a and None not in a}
+  if not found:
+    return "No arm with its norms on the residual path was probed."
+  steps = sorted(set.intersection(*(set(x.steps.tolist()) for a in found.values() for x in a)))
+
+  def cell(accounts, step):
+    at = [list(x.steps).index(step) for x in accounts]
+    measured = np.mean([x.measured[i] for x, i in zip(accounts, at)])
+    norms = np.mean([x.norms[i] for x, i in zip(accounts, at)])
+    share = f" ({norms / measured:.0%})" if measured < 0 else ""
+    return f"{measured:.2f} = {norms:.2f} + {measured - norms:.2f}{share}"
+  rows = [[str(step), *(cell(a, step) for a in found.values())] for step in steps]
+  return markdown.table(["probe step", *found], rows)
+
+
+def order_table(measures) -> str:
+  """Per arm that starves and seed: the probe steps between which the gradient ratio fell below
+  the threshold, the step the loss reached its plateau, and which came first."""
+  rows = []
+  for arm in measures.arms:
+    for t, order in zip(measures.by_arm[arm], measures.orders(arm)):
+      if order is None or order.starved is None:
+        continue
+      rows.append([arm, str(t.overrides.get(collapse.SEED)),
+                   f"({order.last_unstarved if order.last_unstarved is not None else '-'}, {order.starved}]",
+                   "-" if order.plateau is None else str(order.plateau), order.outcome])
+  return markdown.table(["arm", "seed", "ratio falls below the threshold between probe steps",
+                         "loss reaches its plateau at step", "first"], rows) if rows else "No arm's gradient starved."
+
+
+def _mean_over_seeds(pairs, geometric=False):
+  """(steps, mean) of several (steps, values) series over the steps they share; the geometric
+  mean for a ratio spanning orders of magnitude."""
+  steps = sorted(set.intersection(*(set(np.asarray(s).tolist()) for s, _ in pairs)))
+  at = [[dict(zip(np.asarray(s).tolist(), v))[step] for s, v in pairs] for step in steps]
+  means = [np.exp(np.mean(np.log(v))) if geometric else np.mean(v) for v in at]
+  return np.array(steps), np.array(means)
+
+
+def collapse_figures(page, key: str, measures) -> str:
+  loss, ratio = {}, {}
+  for arm in measures.arms:
+    trials = measures.by_arm[arm]
+    loss[arm] = _mean_over_seeds([tuple(zip(*t.loss)) for t in trials if t.loss])
+    found = [collapse.gradient_ratios(t) for t in trials]
+    if found and None not in found:
+      ratio[arm] = _mean_over_seeds(found, geometric=True)
+  factor = {arm: _mean_over_seeds(found) for arm in measures.arms
+            if (found := [collapse.backward_factors(t) for t in measures.by_arm[arm]]) and None not in found}
+  lines = tables.reference_lines(measures.by_arm[measures.arms[0]][0].summary)
+  parts = [page.figure(plots.curves(loss, "step", "train loss (nats)", "train loss", hlines=lines,
+                                    legend_above=True),
+                       f"{key}_loss", "train loss over training, mean over seeds")]
+  if ratio:
+    parts.append(page.figure(plots.curves(ratio, "step", "|dL/dh_1| / |dL/dh_L|", "bottom/top gradient ratio",
+                                          log_y=True, legend_above=True),
+                             f"{key}_gradient_ratio", "bottom/top residual-gradient ratio over training, "
+                                                      "geometric mean over seeds"))
+  if factor and measures.protocol.kind == COLLAPSE_MECHANISMS:
+    parts.append(page.figure(plots.curves(factor, "step", "mean |dL/dz| / |dL/dy| over the norm sites",
+                                          "norm backward factor", legend_above=True, hlines={"1": 1.0}),
+                             f"{key}_backward_factor", "the norm's backward factor over training, mean over the "
+                             "sites after the first and over seeds (Pre-LN and Peri-LN: the branch-input norm, "
+                             "off the residual path)"))
+  return "\n\n".join(parts)

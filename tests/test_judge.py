@@ -1,13 +1,15 @@
-"""Pre-registered protocols: verdicts from constructed measurements, and the sensitivity table."""
+"""Verdicts under a pre-registered protocol (nplace/studies/judge.py) from constructed
+measurements, and the sensitivity table."""
 import dataclasses
 
 import numpy as np
 import pytest
 
-from nplace.studies import protocol as p
+from nplace import protocol as p
+from nplace.studies import intervals, judge
 
 PROTOCOL = p.Protocol(
-    name="test", version=3, summary="", seeds=3, bootstrap_resamples=500, bootstrap_seed=0, interval=0.95,
+    name="test", version=3, kind=p.LR_SWEEP, summary="", seeds=3, bootstrap_resamples=500, bootstrap_seed=0, interval=0.95,
     thresholds=(p.Threshold("min_effect", 0.1, ""),),
     claims=(p.Claim("flatter", "B is flatter than W", "lr_sensitivity", better="B", worse="W"),
             p.Claim("matches", "B matches W at its best", "best_loss", better="B", worse="W", matches=True),
@@ -41,43 +43,43 @@ def fake(flat_gap, best_gap, diverged=(0, 3), missing=False):
 
 
 def verdicts(measures, protocol=PROTOCOL):
-  return {v.claim.id: v.verdict for v in p.judge(protocol, measures)}
+  return {v.claim.id: v.verdict for v in judge.judge(protocol, measures)}
 
 
 def test_clear_effects_are_reproduced():
   assert verdicts(fake(flat_gap=0.5, best_gap=-0.05)) == {
-      "flatter": p.REPRODUCED, "matches": p.REPRODUCED, "diverges": p.REPRODUCED}
+      "flatter": judge.REPRODUCED, "matches": judge.REPRODUCED, "diverges": judge.REPRODUCED}
 
 
 def test_an_effect_inside_the_margin_or_reversed_is_not_reproduced():
   assert verdicts(fake(flat_gap=0.05, best_gap=0.3, diverged=(2, 1))) == {
-      "flatter": p.NOT_REPRODUCED, "matches": p.NOT_REPRODUCED, "diverges": p.NOT_REPRODUCED}
+      "flatter": judge.NOT_REPRODUCED, "matches": judge.NOT_REPRODUCED, "diverges": judge.NOT_REPRODUCED}
 
 
 def test_missing_runs_and_no_divergence_at_all_are_not_testable():
   assert verdicts(fake(flat_gap=0.5, best_gap=0.0, diverged=(0, 0), missing=True)) == {
-      "flatter": p.NOT_TESTABLE, "matches": p.REPRODUCED, "diverges": p.NOT_TESTABLE}
+      "flatter": judge.NOT_TESTABLE, "matches": judge.REPRODUCED, "diverges": judge.NOT_TESTABLE}
 
 
 def test_effects_carry_the_mean_and_a_bootstrap_interval_around_it():
-  (flatter, *_) = p.judge(PROTOCOL, fake(flat_gap=0.5, best_gap=0.0))
+  (flatter, *_) = judge.judge(PROTOCOL, fake(flat_gap=0.5, best_gap=0.0))
   for effect in flatter.effects:
     assert effect.mean == pytest.approx(0.5) and effect.low <= effect.mean <= effect.high
     assert effect.high - effect.low < 0.1 and effect.seeds == 3
   # the interval is of the mean over seeds: resampling 3 seeds of spread 0.02 each side
-  low, high = p.mean_interval([1.0, 2.0, 3.0], PROTOCOL, np.random.default_rng(0))[1:]
+  low, high = intervals.mean_interval([1.0, 2.0, 3.0], PROTOCOL, np.random.default_rng(0))[1:]
   assert 1.0 <= low < 2.0 < high <= 3.0
 
 
 def test_judging_is_reproducible():
-  assert p.judge(PROTOCOL, fake(0.2, 0.0)) == p.judge(PROTOCOL, fake(0.2, 0.0))
+  assert judge.judge(PROTOCOL, fake(0.2, 0.0)) == judge.judge(PROTOCOL, fake(0.2, 0.0))
 
 
 def test_sensitivity_judges_again_at_half_and_double_each_threshold():
-  rows = p.sensitivity(PROTOCOL, lambda protocol: fake(flat_gap=0.15, best_gap=0.0))
+  rows = judge.sensitivity(PROTOCOL, lambda protocol: fake(flat_gap=0.15, best_gap=0.0))
   assert [(name, value) for name, value, _ in rows] == [
       ("min_effect", 0.05), ("min_effect", 0.1), ("min_effect", 0.2)]
-  assert [verdict[0] for _, _, verdict in rows] == [p.REPRODUCED, p.REPRODUCED, p.NOT_REPRODUCED]
+  assert [verdict[0] for _, _, verdict in rows] == [judge.REPRODUCED, judge.REPRODUCED, judge.NOT_REPRODUCED]
   assert PROTOCOL.scaled("min_effect", 2.0).threshold("min_effect") == 0.2
   assert PROTOCOL.threshold("min_effect") == 0.1  # scaling makes a new protocol
 
@@ -87,7 +89,7 @@ def test_a_bounded_threshold_is_varied_by_its_distance_to_the_bound():
   sensitivity table would show a verdict change no data could make."""
   similarity = p.Threshold("similarity", 0.99, "a cosine", bound=1.0)
   bounded = dataclasses.replace(PROTOCOL, thresholds=(*PROTOCOL.thresholds, similarity))
-  values = [value for name, value, _ in p.sensitivity(bounded, lambda protocol: fake(0.15, 0.0))
+  values = [value for name, value, _ in judge.sensitivity(bounded, lambda protocol: fake(0.15, 0.0))
             if name == "similarity"]
   assert values == pytest.approx([0.995, 0.99, 0.98])
 
@@ -98,29 +100,30 @@ def test_welch_t_intervals_match_scipy_and_a_bootstrap_of_3_seeds_is_their_range
   from scipy import stats
   better, worse = [0.31, 0.18, 0.25, 0.40, 0.22], [0.59, 0.45, 0.71, 0.52]
   t = dataclasses.replace(PROTOCOL, interval_method=p.WELCH_T)
-  mean, low, high = p.interval(better, worse, t, None)
+  mean, low, high = intervals.difference(better, worse, t, None)
   ci = stats.ttest_ind(worse, better, equal_var=False).confidence_interval(0.95)
   assert mean == pytest.approx(np.mean(worse) - np.mean(better)) and (low, high) == pytest.approx((ci.low, ci.high))
-  mean, low, high = p.mean_interval(better, t, None)
+  mean, low, high = intervals.mean_interval(better, t, None)
   one = stats.ttest_1samp(better, 0).confidence_interval(0.95)
   assert (low, high) == pytest.approx((one.low, one.high))
-  assert p.mean_interval([0.2, 0.2, 0.2], t, None) == pytest.approx((0.2, 0.2, 0.2))
+  assert intervals.mean_interval([0.2, 0.2, 0.2], t, None) == pytest.approx((0.2, 0.2, 0.2))
   boot = dataclasses.replace(PROTOCOL, bootstrap_resamples=2000)
-  _, low, high = p.mean_interval([0.259, 0.150, 0.064], boot, np.random.default_rng(0))
+  _, low, high = intervals.mean_interval([0.259, 0.150, 0.064], boot, np.random.default_rng(0))
   assert (low, high) == pytest.approx((0.064, 0.259))
 
 
 def test_protocol_2_judges_divergence_counts_by_fishers_exact_test():
-  fisher = dataclasses.replace(PROTOCOL, thresholds=PROTOCOL.thresholds + (p.Threshold("failure_p", 0.05, ""),))
+  fisher = dataclasses.replace(PROTOCOL, divergence_test=p.FISHER,
+                               thresholds=PROTOCOL.thresholds + (p.Threshold("failure_p", 0.05, ""),))
   from scipy import stats
-  for diverged, expected in (((0, 5), p.REPRODUCED), ((0, 3), p.NOT_REPRODUCED), ((2, 6), p.NOT_REPRODUCED)):
-    [verdict] = [v for v in p.judge(fisher, fake(0.5, 0.0, diverged)) if v.claim.id == "diverges"]
+  for diverged, expected in (((0, 5), judge.REPRODUCED), ((0, 3), judge.NOT_REPRODUCED), ((2, 6), judge.NOT_REPRODUCED)):
+    [verdict] = [v for v in judge.judge(fisher, fake(0.5, 0.0, diverged)) if v.claim.id == "diverges"]
     p_value = stats.fisher_exact([[diverged[1], 15 - diverged[1]], [diverged[0], 15 - diverged[0]]],
                                  alternative="greater").pvalue
-    assert verdict.verdict == expected and (p_value < 0.05) == (expected == p.REPRODUCED)
+    assert verdict.verdict == expected and (p_value < 0.05) == (expected == judge.REPRODUCED)
     assert f"p = {p_value:.3g}" in verdict.would_change
-  # protocol 1 (no failure_p): the raw counts, 3 against 0 is enough
-  assert verdicts(fake(0.5, 0.0, (0, 3)))["diverges"] == p.REPRODUCED
+  # the raw counts (protocol 1's divergence_test): 3 against 0 is enough
+  assert verdicts(fake(0.5, 0.0, (0, 3)))["diverges"] == judge.REPRODUCED
 
 
 def test_the_maximum_stable_rate_is_judged_in_decades_against_min_lr_gap():
@@ -128,12 +131,12 @@ def test_the_maximum_stable_rate_is_judged_in_decades_against_min_lr_gap():
                             thresholds=PROTOCOL.thresholds + (p.Threshold("min_lr_gap", 0.25, ""),))
   values = {("max_stable_lr", "B", s): [1.0, 1.0, 1.5] for s in Fake.shapes}  # -log10: 1e-1, 1e-1, 10^-1.5
   values |= {("max_stable_lr", "W", s): [2.0, 2.5, 2.0] for s in Fake.shapes}
-  [verdict] = p.judge(gap, Fake(values, {}))
-  assert verdict.verdict == p.REPRODUCED and verdict.effects[0].what == "worse − better, decades"
+  [verdict] = judge.judge(gap, Fake(values, {}))
+  assert verdict.verdict == judge.REPRODUCED and verdict.effects[0].what == "worse − better, decades"
   values["max_stable_lr", "W", "large"] = [1.0, 1.5, 1.0]  # within the gap in one shape
-  assert p.judge(gap, Fake(values, {}))[0].verdict == p.NOT_REPRODUCED
+  assert judge.judge(gap, Fake(values, {}))[0].verdict == judge.NOT_REPRODUCED
   values["max_stable_lr", "W", "large"] = [2.0, None, 2.0]  # a seed that learned at no rate
-  assert p.judge(gap, Fake(values, {}))[0].verdict == p.NOT_TESTABLE
+  assert judge.judge(gap, Fake(values, {}))[0].verdict == judge.NOT_TESTABLE
 
 
 def test_a_claim_with_fewer_seeds_than_declared_or_a_grid_part_missing_is_not_testable():
@@ -141,9 +144,9 @@ def test_a_claim_with_fewer_seeds_than_declared_or_a_grid_part_missing_is_not_te
   for shape in Fake.shapes:
     for arm in "BW":
       short.values["lr_sensitivity", arm, shape] = short.values["lr_sensitivity", arm, shape][:2]
-  assert verdicts(short)["flatter"] == p.NOT_TESTABLE  # 2 seeds, the protocol declares 3
+  assert verdicts(short)["flatter"] == judge.NOT_TESTABLE  # 2 seeds, the protocol declares 3
   partial = fake(0.5, -0.05)
   partial.missing = {"depth 12": 175}
-  found = {v.claim.id: v for v in p.judge(PROTOCOL, partial)}
-  assert {v.verdict for v in found.values()} == {p.NOT_TESTABLE}
+  found = {v.claim.id: v for v in judge.judge(PROTOCOL, partial)}
+  assert {v.verdict for v in found.values()} == {judge.NOT_TESTABLE}
   assert "depth 12 (175 trials)" in found["flatter"].would_change and "finished ones: reproduced" in found["flatter"].would_change

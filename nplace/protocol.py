@@ -1,0 +1,118 @@
+"""What a study's pre-registered protocol declares: its kind, its claims, the metric of each, the
+thresholds, the seeds, and every rule that decides a verdict, each a named field. A rule
+changed after results exist is a new version, declared beside the old.
+
+Protocols are declared in the grid files (experiments/*.py) next to their grids; this module is
+the vocabulary they declare with, and imports nothing of nplace. nplace/studies/judge.py turns
+a grid's measurements into verdicts under a protocol.
+
+Intervals (`interval_method`): a percentile bootstrap over seeds (`BOOTSTRAP`). With 3 seeds its
+"95%" interval is the seeds' [min, max] (all three draws land on the minimum with probability
+1/27 > 2.5%), about 75-80% coverage. Welch's t-interval (`WELCH_T`) has the stated coverage for
+normal per-seed values.
+"""
+import dataclasses
+
+# What a study measures, and so which measuring class and page section it gets
+# (nplace/studies/measures.py, nplace/studies/report/page.py).
+LR_SWEEP = "lr sweep"  # each arm's final loss over a learning-rate sweep: LR sensitivity
+STABILITY_SWEEP = "stability sweep"  # ... with failure regions, maximum stable rates, blow-ups, horizons
+COMPARISON = "unswept comparison"  # one learning rate: each arm's final loss
+GROWTH_POOLED = "growth over depth, pooled"  # one seed per depth: fits over the depths
+GROWTH_PER_SEED = "growth over depth, per seed"  # fits per seed, intervals over the seeds
+COLLAPSE = "collapse"  # study B: plateaus and probes per arm and seed
+COLLAPSE_MECHANISMS = "collapse mechanisms"  # ... with the norms' accounting and the order of events
+LAB = "lab ranking"  # the lab's init-time score against a sweep's measured outcome
+KINDS = (LR_SWEEP, STABILITY_SWEEP, COMPARISON, GROWTH_POOLED, GROWTH_PER_SEED, COLLAPSE, COLLAPSE_MECHANISMS,
+         LAB)
+
+BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
+# How `divergences` claims compare two arms' diverged-run counts over the grid: the raw counts
+# (`worse` diverged in more runs), or Fisher's exact test, one-sided at the `failure_p` threshold.
+RAW_COUNTS, FISHER = "raw counts", "fisher"
+
+SEED_CLAIM, FINDING = "seed", "finding"  # a claim's source: the reproduced paper, or this project's own
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+  name: str
+  value: float
+  doc: str
+  bound: float | None = None  # the value no measure can pass (a similarity's 1): varied by its distance to it
+
+  def scaled(self, factor: float) -> "Threshold":
+    """Halving or doubling a bounded threshold's value could push it past the bound, where it
+    changes verdicts trivially; its distance to the bound is what is halved or doubled instead."""
+    value = self.value * factor if self.bound is None else self.bound - (self.bound - self.value) * factor
+    return dataclasses.replace(self, value=value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """A comparison of two arms: `better` has the lower metric than `worse` in every model shape of
+  the grid, by more than the protocol's `min_effect` at the whole confidence interval over seeds.
+  With `matches`, `better` only has to be no worse than `worse` by `min_effect` (the interval's
+  top). `divergences` is counted over every run of the arm instead: `better` diverged less often.
+  A claim about one arm names it as `arm` and leaves `better` and `worse` unset."""
+  id: str
+  statement: str
+  metric: str  # lr_sensitivity | best_loss | final_loss | divergences | max_stable_lr, or its kind's own
+  better: str | None = None  # arm labels of the grid
+  worse: str | None = None
+  arm: str | None = None
+  matches: bool = False
+  at_most: float | None = None  # the bound an "at most" claim states (an exponent of 1: at most linear)
+  source: str = SEED_CLAIM  # SEED_CLAIM: what the reproduced paper says; FINDING: this project's own
+
+  @property
+  def arms(self) -> tuple[str, ...]:
+    """The arms the claim is about."""
+    return (self.arm,) if self.arm is not None else (self.better, self.worse)
+
+
+@dataclasses.dataclass(frozen=True)
+class LabClaim:
+  """A claim about the lab's prediction of a sweep's outcome, judged over the sweep's
+  configurations (nplace/studies/ranking.py), not between arms."""
+  id: str
+  statement: str
+  metric: str  # rho_above_zero | rho_at_target | max_lr_right
+  source: str = SEED_CLAIM
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+  name: str
+  version: int
+  kind: str  # one of KINDS
+  summary: str
+  seeds: int
+  bootstrap_resamples: int
+  bootstrap_seed: int
+  interval: float  # the confidence level of every interval
+  thresholds: tuple[Threshold, ...]
+  claims: tuple[Claim | LabClaim, ...]
+  interval_method: str = BOOTSTRAP  # BOOTSTRAP | WELCH_T (module doc)
+  divergence_test: str = RAW_COUNTS  # RAW_COUNTS | FISHER
+  # Every step's loss is read for blow-ups above the loss at init (nplace/studies/outcomes.py):
+  # one the run did not recover from is a divergence, spikes count from the first step, and the
+  # page reports the transient ones.
+  blow_ups: bool = False
+  # A diverged seed counts as the cap (ln V) in the mean loss curve and so in the best rate, so a
+  # rate where seeds diverged cannot be best; else the curve is over the seeds that stayed finite.
+  diverged_at_cap: bool = False
+  horizons: tuple[float, ...] = (1.0,)  # fractions of the run at which every verdict is judged
+  arms: dict | None = None  # label -> overrides; None: the grid module's ARMS
+  lab: "Protocol | None" = None  # the lab protocol that ranks the lab's predictions on this grid
+  # A lab protocol's bootstrap resamples the configurations as well as each one's seeds: rho's
+  # interval then covers another choice of configurations, not only other seeds.
+  resample_configurations: bool = False
+
+  def threshold(self, name: str) -> float:
+    return next(t.value for t in self.thresholds if t.name == name)
+
+  def scaled(self, name: str, factor: float) -> "Protocol":
+    """This protocol with one threshold scaled by `factor` (`Threshold.scaled`; for the sensitivity table)."""
+    return dataclasses.replace(self, thresholds=tuple(
+        t.scaled(factor) if t.name == name else t for t in self.thresholds))

@@ -1,0 +1,142 @@
+"""A protocol's verdicts (nplace/protocol.py declares it): `judge` turns a grid's measurements
+(nplace/studies/measures.py) into one `Verdict` per claim; `sensitivity` judges again with each
+threshold halved and doubled. Claims of the compared metrics and divergence counts are judged
+here; every other metric by its kind's measuring class (`measures.verdict`).
+"""
+import dataclasses
+
+import numpy as np
+from scipy import stats
+
+from nplace.protocol import FISHER, Claim, LabClaim
+from nplace.studies import intervals
+
+REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable at this tier"
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+  """What a claim is judged on in one model shape; by default `worse` minus `better` (so
+  positive supports the claim). `low`/`high` NaN: no interval."""
+  shape: str
+  mean: float
+  low: float
+  high: float
+  seeds: int
+  what: str = "worse − better, nats"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  claim: Claim | LabClaim
+  verdict: str
+  effects: tuple[Effect, ...]  # per shape; () for divergence counts
+  counts: tuple[int, int] | None  # (better, worse) divergences, for `divergences`
+  would_change: str
+
+
+def arm_of(arms: dict, overrides: dict) -> str | None:
+  """The label of the arm (label -> model overrides) whose every key the trial's overrides
+  match; of several, the one that names the most keys (an arm that adds one key to another,
+  as study B's matched control adds its init scale to Post-LN, is its own)."""
+  matching = [(len(model), label) for label, model in arms.items()
+              if all(overrides.get(key) == value for key, value in model.items())]
+  return max(matching, key=lambda m: m[0])[1] if matching else None
+
+
+COMPARED = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")  # per-seed values compared between arms
+# The threshold a compared metric's interval must clear, and its unit (max_stable_lr is per seed
+# -log10 of the rate, so worse - better is how many decades higher `better` still learns).
+MIN_EFFECT = {"max_stable_lr": ("min_lr_gap", "decades")}
+
+
+def _divergence_verdict(claim, protocol, measures) -> Verdict:
+  """Diverged-run counts over the grid, by the protocol's `divergence_test`: Fisher's exact
+  test, one-sided, that `worse` diverges more often; or the raw counts."""
+  (b, b_runs), (w, w_runs) = measures.divergences(claim.better), measures.divergences(claim.worse)
+  if not b_runs or not w_runs:
+    return Verdict(claim, NOT_TESTABLE, (), (b, w), "runs of both arms")
+  if b == w == 0:
+    return Verdict(claim, NOT_TESTABLE, (), (b, w), "a tier at which some run diverges (no run of either arm did)")
+  if protocol.divergence_test != FISHER:
+    return Verdict(claim, REPRODUCED if w > b else NOT_REPRODUCED, (), (b, w),
+                   "more seeds: counts this small move with one run")
+  p = float(stats.fisher_exact([[w, w_runs - w], [b, b_runs - b]], alternative="greater").pvalue)
+  held = p < protocol.threshold("failure_p")
+  return Verdict(claim, REPRODUCED if held else NOT_REPRODUCED, (), (b, w),
+                 f"one-sided Fisher's exact p = {p:.3g} over {w_runs} and {b_runs} runs; "
+                 f"{'a p at or above' if held else 'a p below'} {protocol.threshold('failure_p'):g}")
+
+
+def judge(protocol, measures) -> list[Verdict]:
+  """One verdict per claim. `measures`: per_seed(metric, arm, shape) -> [value per seed] (None
+  where a seed lacks a learning rate), shapes, divergences(arm) -> (count, runs); a claim
+  with another metric is judged by `measures.verdict(claim, protocol)`."""
+  rng = np.random.default_rng(protocol.bootstrap_seed)
+  verdicts = []
+  for claim in protocol.claims:
+    if claim.metric not in COMPARED + ("divergences",):
+      verdicts.append(measures.verdict(claim, protocol))
+      continue
+    verdicts.append(partly_run(judge_one(claim, protocol, measures, rng), getattr(measures, "missing", {})))
+  return verdicts
+
+
+def partly_run(verdict: Verdict, missing: dict) -> Verdict:
+  """A grid run in part (`missing`: where -> trials not yet filed) is not testable yet; the
+  verdict says what its finished part shows."""
+  if not missing:
+    return verdict
+  return dataclasses.replace(verdict, verdict=NOT_TESTABLE, would_change=f"the grid's remaining trials: "
+                             f"{not_filed(missing)}; on the finished ones: {verdict.verdict}")
+
+
+def not_filed(missing: dict) -> str:
+  """`depth 12, width 32 (50 trials), ...`: where each of a grid's unfiled trials belongs."""
+  return ", ".join(f"{where} ({n} trials)" for where, n in missing.items())
+
+
+def judge_one(claim, protocol, measures, rng) -> Verdict:
+  """`judge`'s verdict on one claim of a compared metric or of divergence counts."""
+  if claim.metric == "divergences":
+    return _divergence_verdict(claim, protocol, measures)
+  threshold, unit = MIN_EFFECT.get(claim.metric, ("min_effect", "nats"))
+  min_effect = protocol.threshold(threshold)
+  effects, complete = [], True
+  for shape in measures.shapes:
+    better = measures.per_seed(claim.metric, claim.better, shape)
+    worse = measures.per_seed(claim.metric, claim.worse, shape)
+    if not better or not worse or None in better or None in worse or min(len(better), len(worse)) < protocol.seeds:
+      complete = False
+      continue
+    what = {"nats": Effect.what}.get(unit, f"worse − better, {unit}")
+    effects.append(Effect(shape, *intervals.difference(better, worse, protocol, rng),
+                          min(len(better), len(worse)), what))
+  if not complete or not effects:
+    return Verdict(claim, NOT_TESTABLE, tuple(effects), None,
+                   "every shape run at every learning rate and seed"
+                   + (" (a seed that learned at no rate has no maximum stable rate)"
+                      if claim.metric == "max_stable_lr" else ""))
+  if claim.matches:  # better may be worse by less than min_effect: worse - better > -min_effect
+    held = [e.low > -min_effect for e in effects]
+  else:
+    held = [e.low > min_effect for e in effects]
+  verdict = REPRODUCED if all(held) else NOT_REPRODUCED
+  width = max(e.high - e.low for e in effects)
+  change = (f"an interval crossing {'-' if claim.matches else ''}{min_effect:g} in any shape "
+            if verdict == REPRODUCED else
+            f"intervals clear of {'-' if claim.matches else ''}{min_effect:g} in every shape ")
+  return Verdict(claim, verdict, tuple(effects), None,
+                 change + f"(widest interval now {width:.2f} {unit}, {effects[0].seeds} seeds)")
+
+
+def sensitivity(protocol, measures_for) -> list[tuple[str, float, list[str]]]:
+  """For each threshold at half, its value and double (`Threshold.scaled`): (threshold, value,
+  [verdict per claim]).
+  `measures_for(protocol)` measures the grid under a protocol (outcomes depend on thresholds)."""
+  rows = []
+  for t in protocol.thresholds:
+    for factor in (0.5, 1.0, 2.0):
+      scaled = protocol.scaled(t.name, factor)
+      rows.append((t.name, scaled.threshold(t.name), [v.verdict for v in judge(scaled, measures_for(scaled))]))
+  return rows

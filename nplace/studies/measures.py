@@ -1,0 +1,30 @@
+"""One path from a study's filed trials to what a protocol judges: `measures_for` builds the
+measuring class that the protocol's declared `kind` names (nplace/protocol.py). The results
+page and `nplace lab --rank` both measure through it, so they agree on every trial, the grid's
+unfiled ones included."""
+from nplace.protocol import (COLLAPSE, COLLAPSE_MECHANISMS, COMPARISON, GROWTH_PER_SEED, GROWTH_POOLED, LAB,
+                             LR_SWEEP, STABILITY_SWEEP)
+from nplace.studies import collapse, depth_growth, lr_sensitivity, ranking, results
+
+
+def measures_for(protocol, study, module, arg: str, horizon: float = 1.0, ranked=None):
+  """`protocol`'s measures of `study` (results.Study, with the trials it reuses) as they stood at
+  `horizon` (a fraction of the run), its grid `module`'s variant ARG naming the trials not yet
+  filed. A lab protocol ranks the lab's scores (STUDY/lab.json) against the measures of
+  `ranked`, the study protocol whose sweep it predicts: None where the lab has not scored it."""
+  if protocol.kind == LAB:
+    scored = ranking.scores_of(study)
+    if scored is None:
+      return None
+    scores, predicted = scored
+    return ranking.Ranking(protocol, measures_for(ranked, study, module, arg, horizon), scores, predicted)
+  arms = results.arms(module, protocol)
+  if protocol.kind in (LR_SWEEP, STABILITY_SWEEP, COMPARISON):
+    return lr_sensitivity.Measures(protocol, arms, study.trials, horizon, module.get_sweep(arg))
+  if protocol.kind == GROWTH_PER_SEED:
+    return depth_growth.SeedMeasures(protocol, arms, study.trials, horizon, module.get_sweep(arg))
+  if protocol.kind == GROWTH_POOLED:
+    return depth_growth.Measures(protocol, arms, study.trials)
+  if protocol.kind in (COLLAPSE, COLLAPSE_MECHANISMS):
+    return collapse.Measures(protocol, arms, study.trials)
+  raise ValueError(f"{protocol.name} protocol v{protocol.version}: kind {protocol.kind!r} has no measures")

@@ -1,0 +1,108 @@
+"""The tables every study section of results/README.md shares: a protocol's thresholds, its
+verdicts (at each horizon too), and the verdicts with each threshold halved and doubled."""
+import math
+
+from nplace.protocol import FINDING
+from nplace.studies import judge, markdown
+
+
+def ci(mean, low, high, digits=2) -> str:
+  if math.isnan(low):
+    return f"{mean:.{digits}f}"
+  return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def effects(verdict) -> str:
+  if verdict.counts is not None:
+    b, w = verdict.counts
+    return f"diverged: {verdict.claim.better} {b}, {verdict.claim.worse} {w}"
+  whats = {e.what for e in verdict.effects}
+  text = "; ".join(f"{e.shape}: {ci(e.mean, e.low, e.high)}" for e in verdict.effects)
+  return f"{', '.join(sorted(whats))}: {text}" if text else "-"
+
+
+def verdict_table(protocol, verdicts, tier: str, seeds: int, at_horizons=None) -> str:
+  """`at_horizons`: claim id -> the verdicts at the protocol's earlier horizons (a column)."""
+  rows = [[f"{v.claim.statement} (`{v.claim.id}`)", tier, f"v{protocol.version}", f"**{v.verdict}**",
+           effects(v), str(seeds), v.would_change] + ([at_horizons[v.claim.id]] if at_horizons else [])
+          for v in verdicts]
+  return markdown.table(["claim", "tier", "protocol", "verdict",
+                         "effect, mean [interval]",
+                         "seeds", "what would change it"] + (["at earlier horizons"] if at_horizons else []), rows)
+
+
+def verdict_tables(protocol, verdicts, tier: str, seeds: int, at_horizons=None) -> str:
+  """verdict_table, in two parts when the protocol labels some claims as this project's own
+  findings: what the reproduced paper (the seed) claims, then what this project found."""
+  findings = [v for v in verdicts if v.claim.source == FINDING]
+  if not findings:
+    return verdict_table(protocol, verdicts, tier, seeds, at_horizons)
+  seed = [v for v in verdicts if v.claim.source != FINDING]
+  return "\n\n".join(["**The seed's claims**", verdict_table(protocol, seed, tier, seeds, at_horizons),
+                       "**This project's findings** (not claims of the seed: a verdict either way is a result)",
+                       verdict_table(protocol, findings, tier, seeds, at_horizons)])
+
+
+def horizon_label(fraction: float) -> str:
+  return "the end" if fraction == 1 else f"{fraction:g} of the run"
+
+
+def horizon_verdicts(protocol, measures_for) -> dict:
+  """Horizon -> the verdicts judged on the trials as they stood then."""
+  return {h: judge.judge(protocol, measures_for(protocol, h)) for h in protocol.horizons}
+
+
+def at_horizons(by_horizon: dict) -> dict:
+  """Claim id -> "same at 0.25, 0.5" or the verdicts that differ, flagged."""
+  final = {v.claim.id: v.verdict for v in by_horizon[1.0]}
+  cells = {}
+  for claim_id, verdict in final.items():
+    earlier = [(h, next(v.verdict for v in vs if v.claim.id == claim_id)) for h, vs in by_horizon.items() if h != 1.0]
+    if all(v == verdict for _, v in earlier):
+      cells[claim_id] = "same at " + ", ".join(f"{h:g}" for h, _ in earlier)
+    else:
+      cells[claim_id] = "**changes with the horizon**: " + "; ".join(f"{h:g}: {v}" for h, v in earlier)
+  return cells
+
+
+def horizon_table(protocol, by_horizon: dict) -> str:
+  """Every claim's verdict and effect at each horizon of the protocol."""
+  rows = []
+  for i, claim in enumerate(protocol.claims):
+    rows.append([f"`{claim.id}`", *(f"**{vs[i].verdict}**: {effects(vs[i])}" for vs in by_horizon.values())])
+  return markdown.table(["claim", *(horizon_label(h) for h in by_horizon)], rows)
+
+
+def sensitivity_table(protocol, measures_for) -> str:
+  registered = {(t.name, t.value) for t in protocol.thresholds}
+  found = judge.sensitivity(protocol, measures_for)
+  rows = [[f"`{name}`" + (" (registered)" if (name, value) in registered else ""), markdown.number(value), *verdicts]
+          for name, value, verdicts in found]
+  changing = {name for name, _, verdicts in found
+              if verdicts != next(v for n, x, v in found if n == name and (n, x) in registered)}
+
+  def names(changes: bool) -> str:
+    return ", ".join(f"`{t.name}`" for t in protocol.thresholds if (t.name in changing) == changes)
+  line = (f"Thresholds that change a verdict within half to double their value: {names(True)}; that change none: "
+          f"{names(False) or '-'}." if changing else "No threshold changes a verdict within half to double its value.")
+  bounded = [f"`{t.name}`'s distance to {t.bound:g}" for t in protocol.thresholds if t.bound is not None]
+  if bounded:
+    line += f" A bounded threshold is varied by its distance to the bound: {', '.join(bounded)}, halved and doubled."
+  return markdown.table(["threshold", "value", *(f"`{c.id}`" for c in protocol.claims)], rows) + "\n\n" + line
+
+
+def thresholds_table(protocol) -> str:
+  return markdown.table(["threshold", "value", "meaning"],
+                        [[f"`{t.name}`", markdown.number(t.value), t.doc] for t in protocol.thresholds])
+
+
+def reference_lines(s) -> dict:
+  """The data's frequency loss and entropy rate (from a run's summary), labelled with their values."""
+  lines = {f"frequency loss {s.frequency_loss:.2f}": s.frequency_loss}
+  if s.entropy_rate is not None:
+    lines[f"entropy rate {s.entropy_rate:.2f}"] = s.entropy_rate
+  return lines
+
+
+def seed_values(values, digits=3) -> str:
+  return ", ".join(markdown.number(v, digits) for v in values)
