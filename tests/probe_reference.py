@@ -17,7 +17,7 @@ embed = reference.embed
 def blocks_from(params, h, l, m, stop=None):
   """h_l -> h_stop (default h_L) through reference blocks l+1..stop."""
   for j in range(l, m.n_layer if stop is None else stop):
-    h = reference.block(layer(params, j), h, m, m.dt)
+    h = reference.block(layer(params, j), h, m, m.dt, l=j + 1)
   return h
 
 
@@ -31,10 +31,7 @@ def hidden(params, tokens, m):
 
 def tail_loss(params, h, l, targets, m):
   """Mean cross-entropy as a function of the residual stream h_l."""
-  h = blocks_from(params, h, l, m)
-  if m.placement != "post":
-    h = reference.norm(params["final_norm"], h, m.norm, m.norm_eps)
-  logits = h @ params["wte"]["embedding"].T
+  logits = reference.head(params, blocks_from(params, h, l, m), m)
   return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1))
 
 

@@ -83,10 +83,15 @@ def embed(params, tokens, m):
   return norm(params["embed_norm"], h, m.norm, m.norm_eps) if m.embed_norm else h
 
 
+def head(params, h, m):
+  """Logits from the last layer's stream: the final norm, then the tied LM head."""
+  if m.placement not in ("post", "deepnorm", "rezero"):  # these end on a norm, or have none
+    h = norm(params["final_norm"], h, m.norm, m.norm_eps)
+  return h @ params["wte"]["embedding"].T
+
+
 def decoder(params, tokens, m):
   h = embed(params, tokens, m)
   for l in range(m.n_layer):
     h = block(jax.tree.map(lambda x: x[l], params["blocks"]), h, m, m.dt, l + 1)
-  if m.placement not in ("post", "deepnorm", "rezero"):  # these end on a norm, or have none
-    h = norm(params["final_norm"], h, m.norm, m.norm_eps)
-  return h @ params["wte"]["embedding"].T
+  return head(params, h, m)

@@ -32,9 +32,12 @@ def block_out(cfg, p_layer, h, l=1):
   return Block(ModelConfig.of(cfg)).apply({"params": p_layer}, h, jnp.asarray(l))[0]
 
 
-NEW = [  # the placements the decoder test leaves out, and the options (layer by layer: decoder test)
+NEW = [  # the other placements and the options, one combination each. lns and deepnorm scale by
+    # l and L, both 2 here; random_params draws ReZero's alphas too, so they are neither 0 (at init
+    # each block is the identity) nor 1 (as if ignored). mix: test_mix_is_one_stack_switching_post_to_pre.
     ("reorder", "rmsnorm", "swiglu", False), ("hybrid", "rmsnorm", "gelu", False),
-    ("peri", "dyt", "swiglu", True), ("post", "rmsnorm", "gelu", True)]
+    ("peri", "dyt", "swiglu", True), ("post", "rmsnorm", "gelu", True), ("lns", "layernorm", "gelu", False),
+    ("deepnorm", "layernorm", "swiglu", False), ("rezero", "layernorm", "gelu", False)]
 
 
 @pytest.mark.parametrize("placement,norm,mlp,dt,qk_norm", [
@@ -61,10 +64,11 @@ def test_centered_attention_block_equals_formula(make_config, placement):
 
 
 @pytest.mark.parametrize("placement,embed_norm,remat,embed_scale", [
-    ("post", False, "full", 1.0), ("pre", False, "dots", 1.0), ("peri", True, "none", 1.0),
+    ("post", False, "full", 1.0), ("lns", False, "dots", 1.0), ("peri", True, "none", 1.0),
     ("peri", False, "dots_no_batch", 8.0)])
 def test_decoder_equals_formula(make_config, placement, embed_norm, remat, embed_scale):
-  """Scanned, rematerialised stack == the layers applied one by one."""
+  """Scanned, rematerialised stack == the layers applied one by one. lns is pre with its input
+  scaled by 1/sqrt(l): the scan must hand each layer its own l."""
   cfg = make_config(placement=placement, embed_norm=embed_norm, remat=remat, n_layer=3, dt=0.5,
                     embed_scale=embed_scale).model
   params = random_params(cfg, jax.random.key(4), std=0.2)
@@ -159,15 +163,15 @@ def test_every_param_has_logical_axes(make_config):
 
 def test_mix_is_one_stack_switching_post_to_pre(make_config):
   """mix keeps pre's parameter tree (probes, checkpoints, sharding unchanged); its layers
-  l <= floor(f L) compute post's block, the rest pre's, with the same weights."""
+  l <= floor(f L) compute post's formula, the rest pre's, with the same weights."""
   cfg = make_config(placement="mix", n_layer=4, mix_post_fraction=0.5).model
   shapes = lambda c: jax.tree.map(lambda x: x.shape, decoder.abstract_params(c))
   assert shapes(cfg) == shapes(make_config(placement="pre", n_layer=4).model)
   p = layer(random_params(cfg, jax.random.key(15)), 0)
   h = jax.random.normal(jax.random.key(16), (2, 6, cfg.d_model))
-  for l, like in ((2, "post"), (3, "pre")):  # either side of floor(0.5 * 4) = 2
-    want = block_out(make_config(placement=like, n_layer=4).model, p, h, l)
-    np.testing.assert_allclose(block_out(cfg, p, h, l), want, rtol=1e-5, atol=1e-5)
+  for l in (2, 3):  # either side of floor(0.5 * 4) = 2
+    np.testing.assert_allclose(block_out(cfg, p, h, l), reference.block(p, h, cfg, cfg.dt, l),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_placement_inits(make_config):
