@@ -158,7 +158,8 @@ class TrainConfig(Section):
 class EvalConfig(Section):
   """config.eval: what an evaluation computes beyond the loss."""
   rouge: bool = key(True, "ROUGE-1/2/L at every eval: of the teacher-forced argmax predictions, of the copy "
-                    "baseline and of the generated continuations (pure Python: off for speed)")
+                    "baseline and of the generated continuations (a text source's decoded text through rouge-score, "
+                    "pure Python: off for speed; the synthetic source's ids, vectorised)")
   generate: int = key(4, "validation sequences per eval batch (its first N) given a greedy continuation of their "
                       "first half, scored against the second half (ROUGE, BERTScore); seq_len/2 forwards of N "
                       "sequences per batch; 0 = off")

@@ -1,11 +1,11 @@
 """Evaluation numbers on hand-computed values: perplexity both ways, ROUGE (rouge-score with the
-stemmer), the decoders ROUGE compares, BERTScore's one-line refusals."""
+stemmer), the decoders and the ROUGE path each source takes, BERTScore's one-line refusals."""
 import importlib.util
 import math
 
 import pytest
 
-from nplace.train import scores
+from nplace.train import rouge_ids, scores
 from nplace.config import base_config
 
 
@@ -36,6 +36,16 @@ def test_decoders_token_ids_for_synthetic_and_text_for_byte():
   c.data.source, c.data.tokenizer = "text:/nowhere.txt", "byte"
   decode, kind = scores.text_decoder(c.data)
   assert decode(list(b"Hi there") + [256]) == "Hi there" and kind == "text (byte tokenizer)"
+
+
+def test_rouge_of_rows_on_the_ids_for_synthetic_and_through_rouge_score_on_the_text_for_byte():
+  c = base_config()
+  assert scores.rouge_of_rows(c.data, scores.text_decoder(c.data)[0]) is rouge_ids.rouge  # ids are its words
+  c.data.source, c.data.tokenizer = "text:/nowhere.txt", "byte"
+  rouge = scores.rouge_of_rows(c.data, scores.text_decoder(c.data)[0])
+  # the known strings' words, stemmed, as above; on their bytes ROUGE would count letters
+  got = rouge([list(b"the cat runs quickly")], [list(b"the cats were running")])
+  assert got == pytest.approx({"rouge1": 0.75, "rouge2": 1 / 3, "rougeL": 0.75})
 
 
 def test_bertscore_needs_a_local_model_and_the_package(monkeypatch, tmp_path):

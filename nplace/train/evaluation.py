@@ -26,6 +26,7 @@ class Evaluator:
     self.local_batch, self.active = local_batch, active
     self.decode, text = scores.text_decoder(config.data)
     self.rouge_text = text if config.eval.rouge else None  # what ROUGE compares
+    self.rouge = scores.rouge_of_rows(config.data, self.decode)
     self.bertscore_note = scores.bertscore_unavailable(config.eval.bertscore_model)
     self.scored = bool(self.rouge_text) or not self.bertscore_note
     self.decoding = None  # how the eval step's continuations are decoded (summary.gen_decoding)
@@ -60,28 +61,27 @@ class Evaluator:
     if not (self.active and self.scored):
       return results
 
-    def texts(key, rows=None):
-      return [self.decode(row) for o in outs for row in o[key][:rows]]
+    def rows(key, count=None):
+      return np.concatenate([o[key][:count] for o in outs])
 
-    target = texts("target_BT")
-    results |= self.text_scores("teacher_forced_", texts("pred_BT"), target)
+    target_NT = rows("target_BT")
+    results |= self.text_scores("teacher_forced_", rows("pred_BT"), target_NT)
     if self.rouge_text:
       if self._copy is None:
-        self._copy = {f"copy_{k}": v for k, v in scores.rouge(texts("input_BT"), target).items()}
+        self._copy = {f"copy_{k}": v for k, v in self.rouge(rows("input_BT"), target_NT).items()}
       results |= self._copy
     if self.decoding:
-      generated = outs[0]["gen_BG"].shape[-1]
-      rows = outs[0]["gen_BG"].shape[0]  # the batches' first rows (eval.generate)
-      truth = [self.decode(row[-generated:]) for o in outs for row in o["input_BT"][:rows]]
-      results |= self.text_scores("gen_", texts("gen_BG"), truth)
+      generating, generated = outs[0]["gen_BG"].shape  # the batches' first rows (eval.generate)
+      results |= self.text_scores("gen_", rows("gen_BG"), rows("input_BT", generating)[:, -generated:])
     return results
 
-  def text_scores(self, prefix: str, predictions: list[str], targets: list[str]) -> dict:
-    """ROUGE and BERTScore, as configured, of `predictions` against `targets`, named `prefix`+score."""
-    out = scores.rouge(predictions, targets) if self.rouge_text else {}
+  def text_scores(self, prefix: str, predictions_NL, targets_NL) -> dict:
+    """ROUGE and BERTScore, as configured, of the token-id rows `predictions_NL` against
+    `targets_NL`, named `prefix`+score."""
+    out = self.rouge(predictions_NL, targets_NL) if self.rouge_text else {}
     if not self.bertscore_note:
-      out |= scores.bertscore(predictions, targets, self.config.eval.bertscore_model,
-                              self.config.eval.bertscore_layers)
+      out |= scores.bertscore([self.decode(row) for row in predictions_NL], [self.decode(row) for row in targets_NL],
+                              self.config.eval.bertscore_model, self.config.eval.bertscore_layers)
     return {prefix + name: value for name, value in out.items()}
 
 
