@@ -31,6 +31,8 @@ biases.
 from nplace.config import base_config, variant
 from nplace.protocol import COLLAPSE, COLLAPSE_MECHANISMS, FINDING, Claim, Protocol, Threshold
 
+SEED_SETTING = "48-layer Transformers on C4"  # where the seed's claims were made
+
 
 def _model(placement, attention="softmax", init="variance_preserving", embed_norm=False) -> dict:
   # every key always set, so trial names line up

@@ -24,6 +24,8 @@ most quadratically)? Judged by the pre-registered protocols below (`PROTOCOL`, v
 from nplace.config import base_config, variant
 from nplace.protocol import GROWTH_PER_SEED, GROWTH_POOLED, WELCH_T, Claim, Protocol, Threshold
 
+SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
+
 DEPTHS = (6, 12, 24, 48)
 DEPTHS_V2 = (3, 6, 12, 24, 48, 96)  # a 32x range: an exponential's log-log slope rises ~8x across it
 SEEDS_V2 = range(3)

@@ -12,6 +12,8 @@ what should not matter (biases, RMSNorm without biases, a larger eps), with Pre-
 from nplace.config import base_config, experiment
 from nplace.protocol import COMPARISON, Claim, Protocol, Threshold
 
+SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
+
 KEYS = ("placement", "embed_norm", "embed_scale", "use_bias", "norm", "norm_eps")
 
 

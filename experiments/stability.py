@@ -1,7 +1,9 @@
 """Study A (Kan et al. 2025): is Peri-LN less sensitive to the learning rate than Pre-LN, does it
 fail less often or at higher rates, and does dt=0.1 help? Judged by the pre-registered
-protocols below (`PROTOCOL_V3`, version 3, which widens version 2's cpu sweep; `PROTOCOL`,
-version 2; `PROTOCOL_V1` and `PROTOCOL_V0` kept beside them).
+protocols below (`PROTOCOL_V4_*`, version 4: the seed's failure counts at fixed rates, the
+maximum stable rate with the embedding norm's control, and versions 2 and 3's data re-judged;
+`PROTOCOL_V3`, version 3, which widens version 2's cpu sweep; `PROTOCOL`, version 2;
+`PROTOCOL_V1` and `PROTOCOL_V0` kept beside them).
 
 `experiments/stability.py:VARIANT`, VARIANT one of
   cpu          protocol 2 on this machine's tier: Pre-LN and Peri-LN (both with weight decay 0.1
@@ -17,10 +19,20 @@ version 2; `PROTOCOL_V1` and `PROTOCOL_V0` kept beside them).
   v1_cpu, v1_gpu, v1_paper[,SIZE]
                protocol 1: Pre-LN, Peri-LN, Peri-LN dt=0.1 x 5 learning rates (1e-3 .. 1e-1) x 3
                seeds (gpu, paper: 5); cpu at depth {6, 12} x width {32, 64}, 300 steps
+  v4_pilot     protocol 4's pilot: Pre-LN (weight decay 0.1) at depth 12 x width 32, lr 10^-0.9,
+               -0.8, -0.7, -0.6 x seeds 100-102 (12 trials): `edge_rate` picks the edge from it
+  v4_fixed     protocol 4 (a): 5 arms (Pre-LN and Peri-LN with weight decay 0.1 and 0, Pre-LN
+               with the embedding norm) at Pre-LN's tuned rate 10^-1.5 and at the edge rate x
+               seeds 10-39, depth 12 x 32, 1,000 steps as cpu (300 trials; the edge's 150 need
+               EDGE_LR, set from the filed pilot)
+  v4_embed     protocol 4 (b): Pre-LN with the embedding norm on cpu's depth-12 sweep (7 rates x
+               seeds 0-4, 35 new trials), beside cpu's depth-12 trials, reused
   v0_stress    protocol 0: the stress grid the first results came from (placement x weight decay
                {0.1, 0} x 3 seeds at lr 3e-2, 150 steps), kept beside version 1
   v0_lr_scan   protocol 0's one-seed learning-rate scan
   v0_paper[,SIZE], v0_paper_lr_scan[,SIZE]   protocol 0's paper grids
+
+Protocol 4 also re-judges cpu's and cpu_wide's trials (`rejudged_by`).
 
 `nplace sweep --config experiments/stability.py:cpu --workdir runs/stability --batch 15` runs
 the grid (in parts: `--only 'n_layer=6,'`); `nplace report --results results/ runs/stability`
@@ -31,8 +43,10 @@ import dataclasses
 import ml_collections
 
 from nplace.config import base_config
-from nplace.protocol import (COMPARISON, FISHER, LAB, LR_SWEEP, STABILITY_SWEEP, WELCH_T, Claim, LabClaim, Protocol,
-                             Threshold)
+from nplace.protocol import (COMPARISON, FINDING, FISHER, FIXED_RATES, LAB, LR_SWEEP, PERMUTATION, SEED_CLAIM,
+                             STABILITY_SWEEP, STRATIFIED, THREE_WAY, WELCH_T, Claim, LabClaim, Protocol, Threshold)
+
+SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 
 
 def _model(placement, dt=1.0, embed_norm=False) -> dict:
@@ -201,6 +215,121 @@ PROTOCOL_V3 = dataclasses.replace(
             "config are protocol 2's; its filed trials are reused at the rates up to 1. Declared "
             "after protocol 2's results and before any run at the new rates: its verdicts differ "
             "from protocol 2's only through those rates.")
+# Protocol 4, declared before any of its runs. Three-way verdicts, each claim's test simulated
+# with no effect and at its `power_at` on the page. Its definitions:
+# - Failed: diverged or did not learn (outcome rules with blow-ups, as protocol 2). Stable at a
+#   rate: learned and never blew up, a rise of `blow_up_rise` nats above the train loss's running
+#   minimum after warmup (the project's spike size): a run that blew up and recovered once the
+#   schedule had cut the rate is not stable at the rate it was given.
+# - (a) The seed's failure counts at one recipe, 30 seeds an arm: at Pre-LN's tuned rate
+#   (10^-1.5, the middle of the rates where protocol 2's depth-12 Pre-LN learned best) each arm's
+#   failure rate and its exact (Clopper-Pearson) interval against the seed's rate: contradicted
+#   when the interval's top is below it; for a seed rate of 0, reproduced when the top is below
+#   `never_rate`. At the edge rate (`edge_rate` of the pilot, seeds the test does not use) the
+#   arms' failure counts by one-sided Fisher's exact tests, each way, Holm-adjusted over the
+#   three comparisons: this restates the maximum-rate claim at one rate, and estimates how often
+#   each arm fails at Pre-LN's edge.
+# - (b) The maximum stable rate of Pre-LN with the embedding norm on protocol 2's depth-12 sweep,
+#   against protocol 2's filed Pre-LN and Peri-LN: exact permutation tests of the shift against
+#   `min_lr_gap`, each way at 0.025 (the values move in half-decade steps: no t-interval).
+# - (c) Protocols 2 and 3's data re-judged (seen data, labelled so): LR sensitivity and best loss
+#   by Welch's t-interval, three-way; the maximum stable rate as (b); divergences by the exact
+#   test within each (depth, rate) stratum, so rates where every run of both arms failed decide
+#   nothing.
+# - Secondary, described and not judged: blew up at any step, ended diverged, the final loss.
+TUNED_LR = 10 ** -1.5
+PILOT_LRS = tuple(10 ** e for e in (-0.9, -0.8, -0.7, -0.6))
+PILOT_SEEDS, FIXED_SEEDS = range(100, 103), range(10, 40)
+EDGE_LR = None  # edge_rate of the filed pilot (results/stability_v4_pilot): set once it is filed
+PRE_EMBED = "Pre-LN + embedding norm"
+ARMS_V4 = {**{k: v for k, v in ARMS_V2.items() if k != "Peri-LN, dt 0.1"},
+           PRE_EMBED: {**_model("pre", embed_norm=True), "optim.weight_decay": 0.1}}
+
+
+def edge_rate(failed_fraction: dict) -> float:
+  """The pilot rate whose Pre-LN failure fraction is nearest one half; of tied rates, the lowest
+  at which some seed failed (else the lowest)."""
+  nearest = min(abs(f - 0.5) for f in failed_fraction.values())
+  tied = sorted(lr for lr, f in failed_fraction.items() if abs(f - 0.5) == nearest)
+  return next((lr for lr in tied if failed_fraction[lr] > 0), tied[0])
+
+
+V4_THRESHOLDS = tuple(t for t in PROTOCOL.thresholds if t.name != "failure_p") + (
+    Threshold("failure_p", 0.025, "one-sided p-value of each exact test on failure counts, each way (a two-sided "
+                                  "95% decision, as the intervals)"),
+    Threshold("blow_up_rise", 1.0, "nats above the train loss's running minimum after warmup that make a "
+                                   "blow-up: a run that blew up was not stable at its rate"),
+    Threshold("never_rate", 0.2, "a failure rate whose exact interval lies below this (the seed's Pre-LN "
+                                 "rate with weight decay, 1 run in 5) counts as the seed's 0 of 5"),
+)
+V4 = dict(name="stability", version=4, seeds=5, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95,
+          interval_method=WELCH_T, divergence_test=STRATIFIED, verdicts=THREE_WAY, blow_ups=True,
+          diverged_at_cap=True, stable_needs_no_blow_up=True, thresholds=V4_THRESHOLDS)
+HIGHER_MAX_LR = dict(metric="max_stable_lr", method=PERMUTATION, power_at=0.5)  # one sweep step
+
+
+def _fixed_rate_claims(edge: float | None) -> tuple:
+  rates = (("Pre-LN", "pre_fails_at_tuned", "Pre-LN fails in about 1 run of 5 at its tuned rate", 0.2),
+           ("Pre-LN, no weight decay", "pre_fails_at_tuned_no_wd", "... and in about 3 of 5 without weight decay",
+            0.6),
+           ("Peri-LN", "peri_never_fails_at_tuned", "Peri-LN fails in none at that rate", 0.0),
+           ("Peri-LN, no weight decay", "peri_never_fails_at_tuned_no_wd", "... nor without weight decay", 0.0))
+  edges = (("Peri-LN", "Pre-LN", "pre_fails_more_at_edge", "At Pre-LN's edge rate Pre-LN fails more often than "
+            "Peri-LN", SEED_CLAIM),
+           ("Peri-LN, no weight decay", "Pre-LN, no weight decay", "pre_fails_more_at_edge_no_wd",
+            "... and so without weight decay", SEED_CLAIM),
+           (PRE_EMBED, "Pre-LN", "embed_norm_alone_at_edge", "The embedding norm alone makes Pre-LN fail less "
+            "often at its edge rate", FINDING))
+  return (*(Claim(i, text, "failure_rate", arm=arm, lr=TUNED_LR, seed_rate=rate, power_at=rate)
+            for arm, i, text, rate in rates),
+          *(Claim(i, text, "fails_more", better=better, worse=worse, lr=edge, power_at=(0.5, 0.1), source=source)
+            for better, worse, i, text, source in edges))
+
+
+PROTOCOL_V4_PILOT = Protocol(
+    **V4, kind=STABILITY_SWEEP, arms={"Pre-LN": ARMS_V4["Pre-LN"]},
+    summary="Protocol 4's pilot: Pre-LN (weight decay 0.1) at depth 12 x 32 over four rates around its failure "
+            "edge, 3 seeds the test does not use; edge_rate (experiments/stability.py) picks the rate its "
+            "fixed-rate comparison runs at. It judges no claim.",
+    claims=())
+PROTOCOL_V4_FIXED = Protocol(
+    **V4, kind=FIXED_RATES, arms=ARMS_V4,
+    summary="The seed's divergence claim as the seed states it: failed runs (diverged or did not learn) at two "
+            "fixed learning rates, Pre-LN's tuned rate 10^-1.5 and its edge rate from the pilot, 30 new seeds "
+            "an arm, depth 12 x 32, 1,000 steps; Pre-LN and Peri-LN (with the embedding norm) with weight decay "
+            "0.1 and 0, and Pre-LN with the embedding norm, the control for Peri-LN's embedding norm. Fixed "
+            "before any run of this version.",
+    claims=_fixed_rate_claims(EDGE_LR))
+PROTOCOL_V4_EMBED = Protocol(
+    **V4, kind=STABILITY_SWEEP, arms={k: ARMS_V4[k] for k in ("Pre-LN", "Peri-LN", PRE_EMBED)},
+    summary="The maximum stable rate (learned and never blew up) of Pre-LN with the embedding norm over protocol "
+            "2's depth-12 sweep, beside protocol 2's filed Pre-LN and Peri-LN: whether Peri-LN's higher rate "
+            "comes from its output norms or from the embedding norm. Fixed before any run of this version.",
+    claims=(Claim("peri_higher_max_lr", "Peri-LN still learns at higher learning rates than Pre-LN",
+                  better="Peri-LN", worse="Pre-LN", **HIGHER_MAX_LR),
+            Claim("embed_norm_raises_max_lr", "The embedding norm alone raises Pre-LN's maximum stable rate",
+                  better=PRE_EMBED, worse="Pre-LN", source=FINDING, **HIGHER_MAX_LR),
+            Claim("output_norms_raise_max_lr", "Peri-LN's output norms raise it beyond the embedding norm's",
+                  better="Peri-LN", worse=PRE_EMBED, source=FINDING, **HIGHER_MAX_LR)))
+PROTOCOL_V4_REJUDGED = Protocol(
+    **V4, kind=STABILITY_SWEEP, horizons=(0.25, 0.5, 1.0), arms=ARMS_V2,
+    summary="Protocol 4's rules on protocols 2 and 3's filed trials, which were seen before these rules were "
+            "written: three-way verdicts; the maximum stable rate by its new definition (learned and never "
+            "blew up) and exact permutation tests; divergences by the exact test within each depth and rate.",
+    claims=(dataclasses.replace(PERI_FLATTER, power_at=0.2),
+            Claim("peri_flatter_no_wd", "... and so without weight decay", metric="lr_sensitivity",
+                  better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay", power_at=0.2),
+            dataclasses.replace(DT_FLATTER, power_at=0.2),
+            dataclasses.replace(PERI_MATCHES_BEST, power_at=0.0),
+            Claim("peri_higher_max_lr", "Peri-LN still learns at higher learning rates than Pre-LN",
+                  better="Peri-LN", worse="Pre-LN", **HIGHER_MAX_LR),
+            Claim("peri_higher_max_lr_no_wd", "... and so without weight decay", better="Peri-LN, no weight decay",
+                  worse="Pre-LN, no weight decay", **HIGHER_MAX_LR),
+            Claim("pre_diverges_more", "Pre-LN diverges more often than Peri-LN at the same depth and rate",
+                  metric="divergences", better="Peri-LN", worse="Pre-LN", power_at=(0.5, 0.1)),
+            Claim("pre_diverges_more_no_wd", "... and so without weight decay", metric="divergences",
+                  better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay", power_at=(0.5, 0.1))))
+
 PROTOCOL_V1 = Protocol(
     name="stability", version=1, kind=LR_SWEEP, lab=LAB_PROTOCOL,
     summary="Learning-rate sensitivity (Wortsman et al. 2023, arXiv 2309.14322) of Pre-LN and "
@@ -235,7 +364,7 @@ V0_PLACEMENTS = (_model("pre"), _model("peri"), _model("peri", dt=0.1), _model("
 V0_STRESS_LR = 3e-2  # protocol 0: the lowest rate of its scan at which Pre-LN stopped learning
 V0_SCAN_LRS = (1e-3, 3e-3, 1e-2, 3e-2)
 V0_PAPER_SCAN_LRS = (3e-4, 6e-4, 1.2e-3, 2.4e-3)
-VARIANTS = ("cpu", "cpu_wide", "gpu", "paper", "v1_cpu", "v1_gpu", "v1_paper", "v0_stress", "v0_lr_scan",
+VARIANTS = ("cpu", "cpu_wide", "gpu", "paper", "v4_pilot", "v4_fixed", "v4_embed", "v1_cpu", "v1_gpu", "v1_paper", "v0_stress", "v0_lr_scan",
             "v0_paper", "v0_paper_lr_scan")
 
 
@@ -298,22 +427,42 @@ def _split(arg: str) -> tuple[str, str]:
 
 
 def _tier(variant: str) -> tuple[str, bool]:
-  """(the tier whose model and schedule a protocol 1-3 variant trains, whether it is protocol 1's)."""
+  """(the tier whose model and schedule a protocol 1-4 variant trains, whether it is protocol 1's)."""
+  if variant.startswith("v4"):
+    return "cpu", False
   return variant.removeprefix("v1_").removesuffix("_wide"), variant.startswith("v1")
+
+
+def _v4_sweep(variant: str) -> list[dict]:
+  """Protocol 4's trials, at depth 12 x 32 and with the keys in cpu's order (so names line up)."""
+  shape = {"model.n_layer": 12, "model.d_model": 32}
+  if variant == "v4_pilot":
+    return [{**shape, **ARMS_V4["Pre-LN"], "optim.lr": lr, "seed": s} for lr in PILOT_LRS for s in PILOT_SEEDS]
+  if variant == "v4_fixed":
+    rates = (TUNED_LR,) if EDGE_LR is None else (TUNED_LR, EDGE_LR)
+    return [{**shape, **arm, "optim.lr": lr, "seed": s} for arm in ARMS_V4.values() for lr in rates
+            for s in FIXED_SEEDS]
+  return [{**shape, **ARMS_V4[arm], "optim.lr": lr, "seed": s} for arm in PROTOCOL_V4_EMBED.arms
+          for lr in LRS_V2 for s in TIERS_V2["cpu"][2]]
 
 
 def protocol(arg: str = "cpu") -> Protocol:
   """The protocol a variant's results are judged by."""
   variant, _ = _split(arg)
-  if variant == "cpu_wide":
-    return PROTOCOL_V3
-  return {"v0": PROTOCOL_V0, "v1": PROTOCOL_V1}.get(variant[:2], PROTOCOL)
+  own = {"cpu_wide": PROTOCOL_V3, "v4_pilot": PROTOCOL_V4_PILOT, "v4_fixed": PROTOCOL_V4_FIXED,
+         "v4_embed": PROTOCOL_V4_EMBED}
+  return own.get(variant) or {"v0": PROTOCOL_V0, "v1": PROTOCOL_V1}.get(variant[:2], PROTOCOL)
+
+
+def rejudged_by(arg: str = "cpu") -> tuple[Protocol, ...]:
+  """Later protocols that judge this variant's filed trials again: a new verdict beside the old."""
+  return (PROTOCOL_V4_REJUDGED,) if _split(arg)[0] in ("cpu", "cpu_wide") else ()
 
 
 def reuses(arg: str = "cpu") -> str | None:
   """The variant whose filed trials this one's grid shares (same config and names), judged as
-  its own: cpu_wide's rates up to 1 are cpu's trials."""
-  return "cpu" if _split(arg)[0] == "cpu_wide" else None
+  its own: cpu_wide's rates up to 1 and v4_embed's Pre-LN and Peri-LN are cpu's trials."""
+  return "cpu" if _split(arg)[0] in ("cpu_wide", "v4_embed") else None
 
 
 def get_config(arg: str = "cpu"):
@@ -328,6 +477,8 @@ def get_config(arg: str = "cpu"):
 
 def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
+  if variant.startswith("v4"):
+    return _v4_sweep(variant)
   tier, v1 = _tier(variant)
   if tier in TIERS:
     depths, widths, seeds = (TIERS if v1 else TIERS_V2)[tier]

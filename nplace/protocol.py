@@ -23,13 +23,22 @@ GROWTH_PER_SEED = "growth over depth, per seed"  # fits per seed, intervals over
 COLLAPSE = "collapse"  # study B: plateaus and probes per arm and seed
 COLLAPSE_MECHANISMS = "collapse mechanisms"  # ... with the norms' accounting and the order of events
 LAB = "lab ranking"  # the lab's init-time score against a sweep's measured outcome
+FIXED_RATES = "failures at fixed rates"  # many seeds per arm at a few declared learning rates
 KINDS = (LR_SWEEP, STABILITY_SWEEP, COMPARISON, GROWTH_POOLED, GROWTH_PER_SEED, COLLAPSE, COLLAPSE_MECHANISMS,
-         LAB)
+         LAB, FIXED_RATES)
 
 BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
+# A claim's own method where its values are quantised (nplace/studies/exact.py): an exact
+# permutation test of the shift between the arms, against the margin both ways.
+PERMUTATION = "exact permutation"
 # How `divergences` claims compare two arms' diverged-run counts over the grid: the raw counts
-# (`worse` diverged in more runs), or Fisher's exact test, one-sided at the `failure_p` threshold.
-RAW_COUNTS, FISHER = "raw counts", "fisher"
+# (`worse` diverged in more runs), Fisher's exact test one-sided at the `failure_p` threshold, or
+# an exact test within strata (each model shape and rate: Cochran-Mantel-Haenszel's statistic
+# under its exact conditional distribution), so that rates where every run failed decide nothing.
+RAW_COUNTS, FISHER, STRATIFIED = "raw counts", "fisher", "stratified exact"
+# How a verdict is read: reproduced / not reproduced, or reproduced / contradicted /
+# inconclusive (nplace/studies/three_way.py); either may be "not testable" for missing data.
+TWO_WAY, THREE_WAY = "two-way", "three-way"
 
 SEED_CLAIM, FINDING = "seed", "finding"  # a claim's source: the reproduced paper, or this project's own
 
@@ -62,6 +71,12 @@ class Claim:
   worse: str | None = None
   arm: str | None = None
   matches: bool = False
+  method: str | None = None  # PERMUTATION for quantised values; None: the protocol's interval_method
+  lr: float | None = None  # the learning rate a fixed-rate claim is about
+  seed_rate: float | None = None  # the failure rate the seed reports for the arm at that recipe
+  # The effect at which the page states the claim's power (worse - better in the metric's unit;
+  # (worse's, better's) failure rates for counts; the failure rate for one arm's rate).
+  power_at: float | tuple[float, float] | None = None
   at_most: float | None = None  # the bound an "at most" claim states (an exponent of 1: at most linear)
   source: str = SEED_CLAIM  # SEED_CLAIM: what the reproduced paper says; FINDING: this project's own
 
@@ -94,7 +109,8 @@ class Protocol:
   thresholds: tuple[Threshold, ...]
   claims: tuple[Claim | LabClaim, ...]
   interval_method: str = BOOTSTRAP  # BOOTSTRAP | WELCH_T (module doc)
-  divergence_test: str = RAW_COUNTS  # RAW_COUNTS | FISHER
+  divergence_test: str = RAW_COUNTS  # RAW_COUNTS | FISHER | STRATIFIED
+  verdicts: str = TWO_WAY  # TWO_WAY | THREE_WAY
   # Every step's loss is read for blow-ups above the loss at init (nplace/studies/outcomes.py):
   # one the run did not recover from is a divergence, spikes count from the first step, and the
   # page reports the transient ones.
@@ -102,6 +118,10 @@ class Protocol:
   # A diverged seed counts as the cap (ln V) in the mean loss curve and so in the best rate, so a
   # rate where seeds diverged cannot be best; else the curve is over the seeds that stayed finite.
   diverged_at_cap: bool = False
+  # A seed is stable at a rate when its run learned and never blew up: no rise of `blow_up_rise`
+  # nats above its running minimum after warmup (nplace/studies/outcomes.py: `blew_up`). Else a
+  # seed's maximum stable rate is the largest at which it learned.
+  stable_needs_no_blow_up: bool = False
   horizons: tuple[float, ...] = (1.0,)  # fractions of the run at which every verdict is judged
   arms: dict | None = None  # label -> overrides; None: the grid module's ARMS
   lab: "Protocol | None" = None  # the lab protocol that ranks the lab's predictions on this grid

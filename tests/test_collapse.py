@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nplace import protocol as p
-from nplace.studies import collapse, judge
+from nplace.studies import collapse, judge, results, verdict
 from nplace.studies.results import Trial
 from nplace.train.summary import Summary
 
@@ -53,7 +53,7 @@ def textbook():
 
 def test_a_textbook_collapse_reproduces_every_claim_with_its_seed_values():
   found = verdicts(textbook())
-  assert {k: v.verdict for k, v in found.items()} == {k: judge.REPRODUCED for k in found}
+  assert {k: v.verdict for k, v in found.items()} == {k: verdict.REPRODUCED for k in found}
   effect, = found["collapses"].effects
   assert (effect.mean, effect.low, effect.high, effect.seeds) == pytest.approx((0.02, 0.02, 0.02, 3))
   assert found["clones"].effects[0].mean == pytest.approx(0.7)  # top 0.9 - block 1 0.2
@@ -66,14 +66,14 @@ def test_one_seed_the_other_way_is_not_reproduced():
   trials = textbook()
   trials[2] = trial("Post", 2, 0.3, 0.9, [0.5, 0.5, 0.5], [0.8, 1.2, 0.6])  # learned a little, kept its gradient
   found = verdicts(trials)
-  assert {k for k, v in found.items() if v.verdict == judge.NOT_REPRODUCED} == {"collapses", "starves", "backward"}
+  assert {k for k, v in found.items() if v.verdict == verdict.NOT_REPRODUCED} == {"collapses", "starves", "backward"}
   assert found["collapses"].would_change == "2 of 3 seeds hold it: every seed"
 
 
 def test_the_margin_decides_a_plateau_near_its_edge():
   trials = [trial("Post", s, 0.07, 0.9, [1e-3] * 3, [0.5] * 3) for s in range(3)]
-  assert verdicts(trials)["collapses"].verdict == judge.NOT_REPRODUCED
-  assert verdicts(trials, PROTOCOL.scaled("collapse_margin", 2.0))["collapses"].verdict == judge.REPRODUCED
+  assert verdicts(trials)["collapses"].verdict == verdict.NOT_REPRODUCED
+  assert verdicts(trials, PROTOCOL.scaled("collapse_margin", 2.0))["collapses"].verdict == verdict.REPRODUCED
 
 
 def test_an_unprobed_arm_is_not_testable_for_the_mechanisms():
@@ -81,8 +81,8 @@ def test_an_unprobed_arm_is_not_testable_for_the_mechanisms():
   for t in trials:
     t.probes = {}
   found = verdicts(trials)
-  assert found["collapses"].verdict == judge.REPRODUCED
-  assert all(found[k].verdict == judge.NOT_TESTABLE for k in ("clones", "starves", "kept", "backward"))
+  assert found["collapses"].verdict == verdict.REPRODUCED
+  assert all(found[k].verdict == verdict.NOT_TESTABLE for k in ("clones", "starves", "kept", "backward"))
   assert math.isnan(collapse.similarity_rise(trials[0]))
 
 
@@ -143,10 +143,10 @@ def verdicts_v2(trials, protocol=PROTOCOL_V2):
 def test_protocol_2_on_a_textbook_collapse():
   found = verdicts_v2(textbook_v2())
   assert {k: v.verdict for k, v in found.items()} == {
-      "clones": judge.REPRODUCED, "no_clones": judge.REPRODUCED,  # Pre's raw cosine is 0.995, its centered one is not
-      "falls": judge.REPRODUCED, "stays": judge.REPRODUCED, "account": judge.REPRODUCED,
-      "pre_account": judge.NOT_TESTABLE,  # no norm on Pre's residual path: nothing to account with
-      "first": judge.REPRODUCED, "control": judge.REPRODUCED}
+      "clones": verdict.REPRODUCED, "no_clones": verdict.REPRODUCED,  # Pre's raw cosine is 0.995, its centered one is not
+      "falls": verdict.REPRODUCED, "stays": verdict.REPRODUCED, "account": verdict.REPRODUCED,
+      "pre_account": verdict.NOT_TESTABLE,  # no norm on Pre's residual path: nothing to account with
+      "first": verdict.REPRODUCED, "control": verdict.REPRODUCED}
   assert found["falls"].effects[0].mean == pytest.approx(0.1)
   # six sites at 0.5 from h_1 up to h_4 carry log10 0.5^6 = -1.81 of the smallest ratio's -3
   assert found["account"].effects[0].mean == pytest.approx(6 * math.log10(0.5) / -3)
@@ -168,9 +168,9 @@ def test_a_missing_seed_makes_every_claim_on_its_arm_not_testable():
                                                and "model.attn_out_scale" not in t.overrides and t.overrides["seed"] == 1)]
   found = verdicts_v2(trials)
   for claim in ("clones", "falls", "account", "first"):
-    assert found[claim].verdict == judge.NOT_TESTABLE, claim
+    assert found[claim].verdict == verdict.NOT_TESTABLE, claim
     assert found[claim].would_change == "every seed filed: missing Post seed 1"
-  assert found["no_clones"].verdict == judge.REPRODUCED  # Pre's seeds are all there
+  assert found["no_clones"].verdict == verdict.REPRODUCED  # Pre's seeds are all there
 
 
 def test_clones_need_both_cosines_and_the_factor_must_fall_by_the_margin():
@@ -178,7 +178,7 @@ def test_clones_need_both_cosines_and_the_factor_must_fall_by_the_margin():
   trials[0] = trial_v2("Post", 0, top=(0.999, 0.98))  # raw cosine alone is not a clone
   trials[1] = trial_v2("Post", 1, factors=(0.8, 0.77))  # fell, by less than min_factor_fall
   found = verdicts_v2(trials)
-  assert found["clones"].verdict == found["falls"].verdict == judge.NOT_REPRODUCED
+  assert found["clones"].verdict == found["falls"].verdict == verdict.NOT_REPRODUCED
   assert found["clones"].effects[0].low == pytest.approx(0.98)
 
 
@@ -186,34 +186,34 @@ def test_the_order_of_events_says_when_the_probes_cannot_tell():
   late = [0, 500, 750]  # the ratio is first below 0.01 at 500, and the loss reaches its plateau at 400
   trials = textbook_v2()
   trials[0] = trial_v2("Post", 0, steps=late, plateau_from=400)
-  assert verdicts_v2(trials)["first"].verdict == judge.NOT_TESTABLE  # starved somewhere in (0, 500]: either order
+  assert verdicts_v2(trials)["first"].verdict == verdict.NOT_TESTABLE  # starved somewhere in (0, 500]: either order
   order = collapse.order_of_events(trials[0], PROTOCOL_V2)
   assert (order.last_unstarved, order.starved, order.plateau, order.outcome) == (0, 500, 400, collapse.UNRESOLVED)
   trials[0] = trial_v2("Post", 0, steps=[0, 450, 750], ratios=(1.0, 0.5, 1e-4), plateau_from=400)
   assert collapse.order_of_events(trials[0], PROTOCOL_V2).outcome == collapse.PLATEAU_FIRST
-  assert verdicts_v2(trials)["first"].verdict == judge.NOT_REPRODUCED
+  assert verdicts_v2(trials)["first"].verdict == verdict.NOT_REPRODUCED
 
 
 def test_the_control_that_escapes_too_says_size_not_the_average():
   trials = [t for t in textbook_v2() if "model.attn_out_scale" not in t.overrides]
   trials += [trial_v2("Control", s, plateau=-1.2) for s in range(3)]
   found = verdicts_v2(trials)["control"]
-  assert found.verdict == judge.NOT_REPRODUCED
+  assert found.verdict == verdict.NOT_REPRODUCED
   assert "the matched control escapes too" in found.would_change
   assert [e.mean for e in found.effects] == pytest.approx([-1.4, -1.2])
 
 
 def test_an_arm_that_adds_a_key_to_another_is_its_own():
-  assert judge.arm_of(ARMS_V2, {"model.placement": "post", "model.attn_out_scale": 0.25, "seed": 0}) == "Control"
-  assert judge.arm_of(ARMS_V2, {"model.placement": "post", "seed": 0}) == "Post"
-  assert judge.arm_of(ARMS_V2, {"model.placement": "peri"}) is None
+  assert results.arm_of(ARMS_V2, {"model.placement": "post", "model.attn_out_scale": 0.25, "seed": 0}) == "Control"
+  assert results.arm_of(ARMS_V2, {"model.placement": "post", "seed": 0}) == "Post"
+  assert results.arm_of(ARMS_V2, {"model.placement": "peri"}) is None
 
 
 def test_too_small_a_share_does_not_account_for_the_starvation():
   trials = textbook_v2()
   trials[2] = trial_v2("Post", 2, ratios=(1.0, 1e-3, 1e-5))  # 0.5^6 carries 1.81 of 5 decades
   found = verdicts_v2(trials)["account"]
-  assert found.verdict == judge.NOT_REPRODUCED
+  assert found.verdict == verdict.NOT_REPRODUCED
   assert found.effects[0].low == pytest.approx(6 * math.log10(0.5) / -5)
 
 

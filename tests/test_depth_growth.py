@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from nplace import protocol as p
-from nplace.studies import depth_growth, judge
+from nplace.studies import depth_growth, judge, verdict
 from nplace.studies.results import Trial
 from nplace.train.summary import Summary
 
@@ -53,16 +53,16 @@ def test_the_claims_hold_on_the_shapes_they_name():
   assert depths.tolist() == list(DEPTHS) and top[-1] == pytest.approx(math.exp(4.8))
   assert measures.top("Pre", "weight decay 0.1", when=0)[1][-1] == pytest.approx(math.exp(4.8) / 10)
   assert verdicts({"Pre": lambda d: math.exp(0.1 * d), "Pre dt": lambda d: 0.1 * math.exp(0.1 * d),
-                   "Peri": lambda d: 0.5 * d}) == {"exp": judge.REPRODUCED, "linear": judge.REPRODUCED, "dt": judge.REPRODUCED}
+                   "Peri": lambda d: 0.5 * d}) == {"exp": verdict.REPRODUCED, "linear": verdict.REPRODUCED, "dt": verdict.REPRODUCED}
 
 
 def test_and_fail_on_the_shapes_they_do_not():
   assert verdicts({"Pre": lambda d: 0.5 * d, "Pre dt": lambda d: 0.6 * d, "Peri": lambda d: d ** 1.5}) == {
-      "exp": judge.NOT_REPRODUCED, "linear": judge.NOT_REPRODUCED, "dt": judge.NOT_REPRODUCED}
+      "exp": verdict.NOT_REPRODUCED, "linear": verdict.NOT_REPRODUCED, "dt": verdict.NOT_REPRODUCED}
 
 
 def test_missing_arms_are_not_testable():
-  assert verdicts({"Pre": lambda d: d}) == {"exp": judge.NOT_REPRODUCED, "linear": judge.NOT_TESTABLE, "dt": judge.NOT_TESTABLE}
+  assert verdicts({"Pre": lambda d: d}) == {"exp": verdict.NOT_REPRODUCED, "linear": verdict.NOT_TESTABLE, "dt": verdict.NOT_TESTABLE}
 
 
 DEPTHS_V2 = (3, 6, 12, 24, 48, 96)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nplace import protocol as p
-from nplace.studies import intervals, judge
+from nplace.studies import intervals, judge, verdict as v
 
 PROTOCOL = p.Protocol(
     name="test", version=3, kind=p.LR_SWEEP, summary="", seeds=3, bootstrap_resamples=500, bootstrap_seed=0, interval=0.95,
@@ -48,17 +48,17 @@ def verdicts(measures, protocol=PROTOCOL):
 
 def test_clear_effects_are_reproduced():
   assert verdicts(fake(flat_gap=0.5, best_gap=-0.05)) == {
-      "flatter": judge.REPRODUCED, "matches": judge.REPRODUCED, "diverges": judge.REPRODUCED}
+      "flatter": v.REPRODUCED, "matches": v.REPRODUCED, "diverges": v.REPRODUCED}
 
 
 def test_an_effect_inside_the_margin_or_reversed_is_not_reproduced():
   assert verdicts(fake(flat_gap=0.05, best_gap=0.3, diverged=(2, 1))) == {
-      "flatter": judge.NOT_REPRODUCED, "matches": judge.NOT_REPRODUCED, "diverges": judge.NOT_REPRODUCED}
+      "flatter": v.NOT_REPRODUCED, "matches": v.NOT_REPRODUCED, "diverges": v.NOT_REPRODUCED}
 
 
 def test_missing_runs_and_no_divergence_at_all_are_not_testable():
   assert verdicts(fake(flat_gap=0.5, best_gap=0.0, diverged=(0, 0), missing=True)) == {
-      "flatter": judge.NOT_TESTABLE, "matches": judge.REPRODUCED, "diverges": judge.NOT_TESTABLE}
+      "flatter": v.NOT_TESTABLE, "matches": v.REPRODUCED, "diverges": v.NOT_TESTABLE}
 
 
 def test_effects_carry_the_mean_and_a_bootstrap_interval_around_it():
@@ -79,7 +79,7 @@ def test_sensitivity_judges_again_at_half_and_double_each_threshold():
   rows = judge.sensitivity(PROTOCOL, lambda protocol: fake(flat_gap=0.15, best_gap=0.0))
   assert [(name, value) for name, value, _ in rows] == [
       ("min_effect", 0.05), ("min_effect", 0.1), ("min_effect", 0.2)]
-  assert [verdict[0] for _, _, verdict in rows] == [judge.REPRODUCED, judge.REPRODUCED, judge.NOT_REPRODUCED]
+  assert [verdict[0] for _, _, verdict in rows] == [v.REPRODUCED, v.REPRODUCED, v.NOT_REPRODUCED]
   assert PROTOCOL.scaled("min_effect", 2.0).threshold("min_effect") == 0.2
   assert PROTOCOL.threshold("min_effect") == 0.1  # scaling makes a new protocol
 
@@ -116,14 +116,14 @@ def test_protocol_2_judges_divergence_counts_by_fishers_exact_test():
   fisher = dataclasses.replace(PROTOCOL, divergence_test=p.FISHER,
                                thresholds=PROTOCOL.thresholds + (p.Threshold("failure_p", 0.05, ""),))
   from scipy import stats
-  for diverged, expected in (((0, 5), judge.REPRODUCED), ((0, 3), judge.NOT_REPRODUCED), ((2, 6), judge.NOT_REPRODUCED)):
+  for diverged, expected in (((0, 5), v.REPRODUCED), ((0, 3), v.NOT_REPRODUCED), ((2, 6), v.NOT_REPRODUCED)):
     [verdict] = [v for v in judge.judge(fisher, fake(0.5, 0.0, diverged)) if v.claim.id == "diverges"]
     p_value = stats.fisher_exact([[diverged[1], 15 - diverged[1]], [diverged[0], 15 - diverged[0]]],
                                  alternative="greater").pvalue
-    assert verdict.verdict == expected and (p_value < 0.05) == (expected == judge.REPRODUCED)
+    assert verdict.verdict == expected and (p_value < 0.05) == (expected == v.REPRODUCED)
     assert f"p = {p_value:.3g}" in verdict.would_change
   # the raw counts (protocol 1's divergence_test): 3 against 0 is enough
-  assert verdicts(fake(0.5, 0.0, (0, 3)))["diverges"] == judge.REPRODUCED
+  assert verdicts(fake(0.5, 0.0, (0, 3)))["diverges"] == v.REPRODUCED
 
 
 def test_the_maximum_stable_rate_is_judged_in_decades_against_min_lr_gap():
@@ -132,11 +132,11 @@ def test_the_maximum_stable_rate_is_judged_in_decades_against_min_lr_gap():
   values = {("max_stable_lr", "B", s): [1.0, 1.0, 1.5] for s in Fake.shapes}  # -log10: 1e-1, 1e-1, 10^-1.5
   values |= {("max_stable_lr", "W", s): [2.0, 2.5, 2.0] for s in Fake.shapes}
   [verdict] = judge.judge(gap, Fake(values, {}))
-  assert verdict.verdict == judge.REPRODUCED and verdict.effects[0].what == "worse − better, decades"
+  assert verdict.verdict == v.REPRODUCED and verdict.effects[0].what == "worse − better, decades"
   values["max_stable_lr", "W", "large"] = [1.0, 1.5, 1.0]  # within the gap in one shape
-  assert judge.judge(gap, Fake(values, {}))[0].verdict == judge.NOT_REPRODUCED
+  assert judge.judge(gap, Fake(values, {}))[0].verdict == v.NOT_REPRODUCED
   values["max_stable_lr", "W", "large"] = [2.0, None, 2.0]  # a seed that learned at no rate
-  assert judge.judge(gap, Fake(values, {}))[0].verdict == judge.NOT_TESTABLE
+  assert judge.judge(gap, Fake(values, {}))[0].verdict == v.NOT_TESTABLE
 
 
 def test_a_claim_with_fewer_seeds_than_declared_or_a_grid_part_missing_is_not_testable():
@@ -144,9 +144,24 @@ def test_a_claim_with_fewer_seeds_than_declared_or_a_grid_part_missing_is_not_te
   for shape in Fake.shapes:
     for arm in "BW":
       short.values["lr_sensitivity", arm, shape] = short.values["lr_sensitivity", arm, shape][:2]
-  assert verdicts(short)["flatter"] == judge.NOT_TESTABLE  # 2 seeds, the protocol declares 3
+  assert verdicts(short)["flatter"] == v.NOT_TESTABLE  # 2 seeds, the protocol declares 3
   partial = fake(0.5, -0.05)
   partial.missing = {"depth 12": 175}
   found = {v.claim.id: v for v in judge.judge(PROTOCOL, partial)}
-  assert {v.verdict for v in found.values()} == {judge.NOT_TESTABLE}
+  assert {v.verdict for v in found.values()} == {v.NOT_TESTABLE}
   assert "depth 12 (175 trials)" in found["flatter"].would_change and "finished ones: reproduced" in found["flatter"].would_change
+
+
+THREE_WAY = dataclasses.replace(PROTOCOL, interval_method=p.WELCH_T, verdicts=p.THREE_WAY, claims=PROTOCOL.claims[:2])
+
+
+@pytest.mark.parametrize("gap,best,flatter,matches", [
+    (0.5, -0.05, v.REPRODUCED, v.REPRODUCED),  # wholly past each margin
+    (0.12, 0.1, v.INCONCLUSIVE, v.INCONCLUSIVE),  # straddling 0.1 and -0.1
+    (-0.3, 0.3, v.CONTRADICTED, v.CONTRADICTED),  # wholly on the other side
+])
+def test_three_way_verdicts_read_where_the_interval_lies_against_the_margin(gap, best, flatter, matches):
+  """An interval straddling the margin is inconclusive; a "matches" claim is read against its
+  margin's other sign, at the interval's end the claim needs."""
+  found = {x.claim.id: x.verdict for x in judge.judge(THREE_WAY, fake(flat_gap=gap, best_gap=best))}
+  assert (found["flatter"], found["matches"]) == (flatter, matches)

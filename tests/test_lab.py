@@ -306,6 +306,7 @@ from nplace.config import base_config
 from nplace.experiments.stability import LAB_PROTOCOL
 from nplace.protocol import LR_SWEEP, Protocol, Threshold
 ARMS = {"Pre": {"model.placement": "pre"}, "Peri": {"model.placement": "peri"}, "Post": {"model.placement": "post"}}
+SEED_SETTING = "a test"
 def protocol(arg="cpu"):
   return Protocol("g", 1, LR_SWEEP, "", 2, 100, 0, 0.95, (Threshold("min_effect", 0.05, ""),
                   Threshold("did_not_learn", 0.1, ""), Threshold("spike_rebound", 1.0, "")), (), lab=LAB_PROTOCOL)

@@ -92,6 +92,9 @@ def test_a_recovered_spike_is_reported_and_is_not_a_failure():
 def test_a_spike_that_never_comes_back_is_reported_unrecovered():
   assert outcomes.spikes([(20, 3.0), (30, 2.5), (40, 4.0), (50, 3.9)], WARMUP, 1.0) == [
       outcomes.Spike(40, 1.5, False)]
+  # back to between half a rebound and a full one above the minimum: not recovered yet
+  assert outcomes.spikes([(20, 3.0), (30, 2.5), (40, 4.0), (50, 3.2), (60, 3.1)], WARMUP, 1.0) == [
+      outcomes.Spike(40, 1.5, False)]
   assert outcomes.spikes([(5, 9.0), (20, 3.0), (30, 3.5)], WARMUP, 1.0) == []  # warmup and noise
 
 
@@ -197,3 +200,12 @@ def test_rules_2_spikes_count_from_the_first_step_after_warmup():
 def test_rules_2_a_healthy_run_has_no_blow_up():
   loss = per_step((WARMUP, INIT, 5.0), (90, 5.0, 2.3))
   assert classify2(loss, val_loss=2.35) == (outcomes.LEARNED, None)
+
+
+def test_a_blow_up_is_a_rise_above_the_running_minimum_after_warmup():
+  """Protocol 4's stability: 1 nat above the lowest loss so far (warmup's included) blows up,
+  recovered or not; a rise inside warmup, or of less than the rise, does not."""
+  assert outcomes.blew_up([(5, 6.0), (20, 3.0), (30, 4.1), (40, 2.5)], WARMUP, 1.0)  # recovered: still blew up
+  assert outcomes.blew_up([(5, 3.0), (20, 4.0)], WARMUP, 1.0)  # the minimum includes warmup's steps
+  assert outcomes.blew_up([(20, 3.0), (30, math.nan)], WARMUP, 1.0)
+  assert not outcomes.blew_up([(5, 3.0), (8, 9.0), (20, 3.9), (30, 3.5)], WARMUP, 1.0)

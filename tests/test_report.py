@@ -27,6 +27,7 @@ from nplace.config import experiment
 from nplace.protocol import COMPARISON, Claim, Protocol, Threshold
 
 ARMS = {"Pre-LN": {"model.placement": "pre"}, "Peri-LN": {"model.placement": "peri"}}
+SEED_SETTING = "a test"
 
 
 def protocol(arg="test"):

@@ -38,7 +38,8 @@ import math
 import numpy as np
 
 from nplace.placements import AFTER, PLACEMENTS
-from nplace.studies import judge, outcomes
+from nplace.studies import outcomes, results
+from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict
 
 SEED = "seed"
 # The norm on the residual path (post) or on the branch input (pre: norm, peri: norm_in).
@@ -183,7 +184,7 @@ class Measures:
   def __init__(self, protocol, arms: dict, trials):
     self.protocol, self.by_arm = protocol, {}
     for trial in trials:
-      arm = judge.arm_of(arms, trial.overrides)
+      arm = results.arm_of(arms, trial.overrides)
       if arm is not None:
         self.by_arm.setdefault(arm, []).append(trial)
     self.arms = [a for a in arms if a in self.by_arm]
@@ -236,10 +237,10 @@ class Measures:
           "the norms' share of log10 |dL/dh_1| / |dL/dh_L| where it is smallest"
     raise ValueError(f"collapse metric {metric!r}: expected one of {', '.join(METRICS)}")
 
-  def verdict(self, claim, protocol) -> judge.Verdict:
+  def verdict(self, claim, protocol) -> Verdict:
     missing = {arm: seeds for arm in claim.arms if (seeds := self.missing_seeds(arm))}
     if missing:
-      return judge.Verdict(claim, judge.NOT_TESTABLE, (), None, "every seed filed: missing " + "; ".join(
+      return Verdict(claim, NOT_TESTABLE, (), None, "every seed filed: missing " + "; ".join(
           f"{arm} seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" for arm, seeds in missing.items()))
     if claim.metric == "starves_first":
       return self._order_verdict(claim, protocol)
@@ -247,14 +248,14 @@ class Measures:
       return self._control_verdict(claim, protocol)
     values, held, what = self.per_seed(claim.metric, claim.arm)
     if any(math.isnan(v) for v in values):
-      return judge.Verdict(claim, judge.NOT_TESTABLE, (), None,
+      return Verdict(claim, NOT_TESTABLE, (), None,
                                   "every seed of the arm run and probed")
     if claim.metric.startswith("gradient"):  # ratios over orders of magnitude: shown as log10
       values, what = np.log10(values), f"log10 of the {what}"
-    verdict = judge.REPRODUCED if all(held) else judge.NOT_REPRODUCED
-    change = ("one seed the other way" if verdict == judge.REPRODUCED else
+    verdict = REPRODUCED if all(held) else NOT_REPRODUCED
+    change = ("one seed the other way" if verdict == REPRODUCED else
               f"{sum(held)} of {len(held)} seeds hold it: every seed")
-    return judge.Verdict(claim, verdict, (_spread(values, what),), None, change)
+    return Verdict(claim, verdict, (_spread(values, what),), None, change)
 
   def orders(self, arm: str) -> list[Order | None]:
     return [order_of_events(t, self.protocol) for t in self.by_arm.get(arm, [])]
@@ -262,18 +263,18 @@ class Measures:
   def _order_verdict(self, claim, protocol):
     orders = self.orders(claim.arm)
     if None in orders:
-      return judge.Verdict(claim, judge.NOT_TESTABLE, (), None, "every seed of the arm probed")
+      return Verdict(claim, NOT_TESTABLE, (), None, "every seed of the arm probed")
     outcomes_ = [o.outcome for o in orders]
     if PLATEAU_FIRST in outcomes_:
-      verdict, change = judge.NOT_REPRODUCED, f"{outcomes_.count(PLATEAU_FIRST)} of {len(orders)} seeds reach the plateau first"
+      verdict, change = NOT_REPRODUCED, f"{outcomes_.count(PLATEAU_FIRST)} of {len(orders)} seeds reach the plateau first"
     elif UNRESOLVED in outcomes_:
-      verdict, change = judge.NOT_TESTABLE, ("probes dense enough to tell (or a ratio that falls below the "
+      verdict, change = NOT_TESTABLE, ("probes dense enough to tell (or a ratio that falls below the "
                                                     "threshold) in every seed")
     else:
-      verdict, change = judge.REPRODUCED, "one seed the other way"
+      verdict, change = REPRODUCED, "one seed the other way"
     lead = [o.plateau - o.starved for o in orders if o.starved is not None and o.plateau is not None]
     effects = (_spread(lead, "plateau step − first starved probe step"),) if len(lead) == len(orders) else ()
-    return judge.Verdict(claim, verdict, effects, None, change)
+    return Verdict(claim, verdict, effects, None, change)
 
   def _control_verdict(self, claim, protocol):
     (gaps, escaped, _), (control_gaps, control_escaped, _) = (
@@ -282,17 +283,17 @@ class Measures:
     effects = (_spread(gaps, f"{claim.better}: plateau − frequency loss, nats"),
                _spread(control_gaps, f"{claim.worse}: plateau − frequency loss, nats"))
     if all(escaped) and all(control_collapsed):
-      return judge.Verdict(claim, judge.REPRODUCED, effects, None, "one seed of either arm the other way")
+      return Verdict(claim, REPRODUCED, effects, None, "one seed of either arm the other way")
     if all(escaped) and all(control_escaped):
       why = "the matched control escapes too: a small branch at init is enough, with the average kept"
     elif not all(escaped):
       why = f"{claim.better} does not escape in every seed"
     else:
       why = "the matched control neither collapses nor escapes in every seed"
-    return judge.Verdict(claim, judge.NOT_REPRODUCED, effects, None, why)
+    return Verdict(claim, NOT_REPRODUCED, effects, None, why)
 
 
-def _spread(values, what: str) -> judge.Effect:
+def _spread(values, what: str) -> Effect:
   values = np.asarray(values, np.float64)
-  return judge.Effect(f"{len(values)} seeds", float(np.mean(values)), float(np.min(values)),
+  return Effect(f"{len(values)} seeds", float(np.mean(values)), float(np.min(values)),
                              float(np.max(values)), len(values), f"{what}, mean [min, max]")

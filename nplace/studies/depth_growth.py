@@ -11,7 +11,8 @@ import math
 import numpy as np
 from scipy import stats
 
-from nplace.studies import fits, intervals, judge
+from nplace.studies import fits, intervals, results
+from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict
 
 DEPTH, WEIGHT_DECAY = "model.n_layer", "optim.weight_decay"
 QUANTITIES = {"mean_abs": "mean |h|", "var_entry": "entry-wise variance", "var_data": "data-wise variance"}
@@ -39,7 +40,7 @@ class Measures:
   def __init__(self, protocol, arms: dict, trials):
     self.protocol, self.points = protocol, {}  # (arm, shape) -> {depth: trial}
     for trial in trials:
-      arm = judge.arm_of(arms, trial.overrides)
+      arm = results.arm_of(arms, trial.overrides)
       if arm is not None and DEPTH in trial.overrides:
         shape = f"weight decay {trial.overrides.get(WEIGHT_DECAY, 'as configured')}"
         self.points.setdefault((arm, shape), {})[int(trial.overrides[DEPTH])] = trial
@@ -54,7 +55,7 @@ class Measures:
              if quantity in t.probes]
     return np.array([d for d, _ in found]), np.array([v for _, v in found], float)
 
-  def verdict(self, claim, protocol) -> judge.Verdict:
+  def verdict(self, claim, protocol) -> Verdict:
     effects, held = [], []
     for shape in self.shapes:
       if claim.metric == "lower_at_every_depth":
@@ -63,7 +64,7 @@ class Measures:
         if len(depths) < 2 or list(depths) != list(d_better):
           return self._untestable(claim, effects)
         ratio = float(np.max(v_better / values))
-        effects.append(judge.Effect(shape, ratio, math.nan, math.nan, 1, "largest ratio over depths"))
+        effects.append(Effect(shape, ratio, math.nan, math.nan, 1, "largest ratio over depths"))
         held.append(ratio < 1)
         continue
       depths, values = self.top(claim.arm, shape)
@@ -71,19 +72,19 @@ class Measures:
       if math.isnan(p):
         return self._untestable(claim, effects)
       if claim.metric == "power_at_most":
-        effects.append(judge.Effect(shape, p, low, high, 1, "exponent p of D^p"))
+        effects.append(Effect(shape, p, low, high, 1, "exponent p of D^p"))
         held.append(high <= claim.at_most + 1e-9)  # exactly linear data fits p = 1 to rounding
       else:  # exponential_over_linear
         gap = fits.exponential(depths, values) - fits.linear(depths, values)
-        effects.append(judge.Effect(shape, gap, math.nan, math.nan, 1, "R² exponential − linear"))
+        effects.append(Effect(shape, gap, math.nan, math.nan, 1, "R² exponential − linear"))
         held.append(gap > protocol.threshold("min_r2_gap"))
-    verdict = judge.REPRODUCED if all(held) else judge.NOT_REPRODUCED
-    return judge.Verdict(claim, verdict, tuple(effects), None,
+    verdict = REPRODUCED if all(held) else NOT_REPRODUCED
+    return Verdict(claim, verdict, tuple(effects), None,
                                 "seeds per depth, more depths, longer training (one seed here)")
 
   @staticmethod
   def _untestable(claim, effects):
-    return judge.Verdict(claim, judge.NOT_TESTABLE, tuple(effects), None,
+    return Verdict(claim, NOT_TESTABLE, tuple(effects), None,
                                 "every depth trained and probed (>= 3, values > 0)")
 
 
@@ -155,7 +156,7 @@ class SeedMeasures:
     self.protocol, self.horizon = protocol, horizon
     self.points = {}  # arm -> {(depth, seed): trial}
     for trial in trials:
-      arm = judge.arm_of(arms, trial.overrides)
+      arm = results.arm_of(arms, trial.overrides)
       if arm is not None and DEPTH in trial.overrides:
         self.points.setdefault(arm, {})[(int(trial.overrides[DEPTH]), trial.overrides.get("seed"))] = trial
     self.arms = [a for a in arms if a in self.points]
@@ -166,7 +167,7 @@ class SeedMeasures:
     self.declared_depths = sorted({int(o[DEPTH]) for o in expected if DEPTH in o}) or self.depths
     self.missing = {}
     for overrides in expected:
-      arm = judge.arm_of(arms, overrides)
+      arm = results.arm_of(arms, overrides)
       if arm is not None and (int(overrides[DEPTH]), overrides.get("seed")) not in self.points.get(arm, {}):
         self.missing[arm] = self.missing.get(arm, 0) + 1
 
@@ -206,26 +207,26 @@ class SeedMeasures:
         values.append(growth_power(*found))
     return values
 
-  def verdict(self, claim, protocol) -> judge.Verdict:
+  def verdict(self, claim, protocol) -> Verdict:
     values = self.per_seed(claim.metric, claim.arm)
     rng = np.random.default_rng(protocol.bootstrap_seed)
     if self.missing or len(values) < protocol.seeds or not np.all(np.isfinite(values)):
       left = "; ".join(f"{arm}: {n} trials not filed" for arm, n in self.missing.items())
-      return judge.Verdict(claim, judge.NOT_TESTABLE, (), None,
+      return Verdict(claim, NOT_TESTABLE, (), None,
                                   left or f"every depth with all {protocol.seeds} seeds, growth above init > 0 "
                                           "at every depth")
     mean, low, high = intervals.mean_interval(values, protocol, rng)
     if claim.metric == "slope_rises":
       bound = protocol.threshold("min_slope_rise")
-      effect = judge.Effect(self.SHAPE, mean, low, high, len(values), "slope rise, deep − shallow")
-      verdict = judge.REPRODUCED if low > bound else judge.NOT_REPRODUCED
+      effect = Effect(self.SHAPE, mean, low, high, len(values), "slope rise, deep − shallow")
+      verdict = REPRODUCED if low > bound else NOT_REPRODUCED
       change = f"the interval's low end {'below' if low > bound else 'above'} {bound:g}"
     else:
       bound = claim.at_most
-      effect = judge.Effect(self.SHAPE, mean, low, high, len(values), "exponent p of D^p")
-      verdict = (judge.REPRODUCED if high <= bound + 1e-9 else  # exact D^bound fits it to rounding
-                 judge.NOT_REPRODUCED if low > bound else judge.NOT_TESTABLE)
-      change = (f"an interval reaching above {bound:g}" if verdict == judge.REPRODUCED else
-                f"an interval reaching {bound:g} or below" if verdict == judge.NOT_REPRODUCED else
+      effect = Effect(self.SHAPE, mean, low, high, len(values), "exponent p of D^p")
+      verdict = (REPRODUCED if high <= bound + 1e-9 else  # exact D^bound fits it to rounding
+                 NOT_REPRODUCED if low > bound else NOT_TESTABLE)
+      change = (f"an interval reaching above {bound:g}" if verdict == REPRODUCED else
+                f"an interval reaching {bound:g} or below" if verdict == NOT_REPRODUCED else
                 f"more seeds: the interval straddles {bound:g}")
-    return judge.Verdict(claim, verdict, (effect,), None, change)
+    return Verdict(claim, verdict, (effect,), None, change)

@@ -1,48 +1,15 @@
 """A protocol's verdicts (nplace/protocol.py declares it): `judge` turns a grid's measurements
 (nplace/studies/measures.py) into one `Verdict` per claim; `sensitivity` judges again with each
-threshold halved and doubled. Claims of the compared metrics and divergence counts are judged
-here; every other metric by its kind's measuring class (`measures.verdict`).
+threshold halved and doubled. Two-way claims of the compared metrics and divergence counts are
+judged here, three-way ones by nplace/studies/three_way.py; every other metric by its kind's
+measuring class (`measures.verdict`).
 """
-import dataclasses
-
 import numpy as np
 from scipy import stats
 
-from nplace.protocol import FISHER, Claim, LabClaim
-from nplace.studies import intervals
-
-REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable at this tier"
-
-
-@dataclasses.dataclass(frozen=True)
-class Effect:
-  """What a claim is judged on in one model shape; by default `worse` minus `better` (so
-  positive supports the claim). `low`/`high` NaN: no interval."""
-  shape: str
-  mean: float
-  low: float
-  high: float
-  seeds: int
-  what: str = "worse − better, nats"
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-  claim: Claim | LabClaim
-  verdict: str
-  effects: tuple[Effect, ...]  # per shape; () for divergence counts
-  counts: tuple[int, int] | None  # (better, worse) divergences, for `divergences`
-  would_change: str
-
-
-def arm_of(arms: dict, overrides: dict) -> str | None:
-  """The label of the arm (label -> model overrides) whose every key the trial's overrides
-  match; of several, the one that names the most keys (an arm that adds one key to another,
-  as study B's matched control adds its init scale to Post-LN, is its own)."""
-  matching = [(len(model), label) for label, model in arms.items()
-              if all(overrides.get(key) == value for key, value in model.items())]
-  return max(matching, key=lambda m: m[0])[1] if matching else None
-
+from nplace.protocol import FISHER, THREE_WAY
+from nplace.studies import intervals, three_way
+from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict, partly_run
 
 COMPARED = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")  # per-seed values compared between arms
 # The threshold a compared metric's interval must clear, and its unit (max_stable_lr is per seed
@@ -69,9 +36,12 @@ def _divergence_verdict(claim, protocol, measures) -> Verdict:
 
 
 def judge(protocol, measures) -> list[Verdict]:
-  """One verdict per claim. `measures`: per_seed(metric, arm, shape) -> [value per seed] (None
-  where a seed lacks a learning rate), shapes, divergences(arm) -> (count, runs); a claim
-  with another metric is judged by `measures.verdict(claim, protocol)`."""
+  """One verdict per claim, two-way or three-way (nplace/studies/three_way.py) as the protocol
+  declares. `measures`: per_seed(metric, arm, shape) -> [value per seed] (None where a seed
+  lacks a learning rate), shapes, divergences(arm) -> (count, runs); a claim with another
+  metric is judged by `measures.verdict(claim, protocol)`."""
+  if protocol.verdicts == THREE_WAY:
+    return three_way.judge_all(protocol, measures)
   rng = np.random.default_rng(protocol.bootstrap_seed)
   verdicts = []
   for claim in protocol.claims:
@@ -80,20 +50,6 @@ def judge(protocol, measures) -> list[Verdict]:
       continue
     verdicts.append(partly_run(judge_one(claim, protocol, measures, rng), getattr(measures, "missing", {})))
   return verdicts
-
-
-def partly_run(verdict: Verdict, missing: dict) -> Verdict:
-  """A grid run in part (`missing`: where -> trials not yet filed) is not testable yet; the
-  verdict says what its finished part shows."""
-  if not missing:
-    return verdict
-  return dataclasses.replace(verdict, verdict=NOT_TESTABLE, would_change=f"the grid's remaining trials: "
-                             f"{not_filed(missing)}; on the finished ones: {verdict.verdict}")
-
-
-def not_filed(missing: dict) -> str:
-  """`depth 12, width 32 (50 trials), ...`: where each of a grid's unfiled trials belongs."""
-  return ", ".join(f"{where} ({n} trials)" for where, n in missing.items())
 
 
 def judge_one(claim, protocol, measures, rng) -> Verdict:

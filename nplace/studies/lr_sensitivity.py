@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from nplace.studies import judge, outcomes
+from nplace.studies import outcomes, results
 
 LR, SEED = "optim.lr", "seed"
 SHAPE_KEYS = (("model.n_layer", "depth"), ("model.d_model", "width"))
@@ -49,6 +49,11 @@ class Point:
   lr: float | None
   trial: object  # nplace/studies/results.py's Trial, as it stood at the horizon
   outcome: str
+  blew_up: bool = False  # only where the protocol's stability needs no blow-up (outcomes.blew_up)
+
+  @property
+  def failed(self) -> bool:
+    return self.outcome != outcomes.LEARNED
 
   def at(self, arm, shape, lr=None) -> bool:
     """Whether the point is the arm's in the shape (at the rate, when one is given)."""
@@ -82,14 +87,16 @@ class Measures:
     trials = list(trials)
     self.steps = max((t.summary.step for t in trials), default=0)
     for trial in trials:
-      arm = judge.arm_of(arms, trial.overrides)
+      arm = results.arm_of(arms, trial.overrides)
       if arm is None:
         continue
       trial = at_horizon(trial, round(horizon * self.steps))
       outcome = outcomes.classify(trial.summary, trial.loss, trial.warmup, did_not_learn, protocol.blow_ups)
       lr = trial.overrides.get(LR)
+      blew_up = protocol.stable_needs_no_blow_up and outcomes.blew_up(trial.loss, trial.warmup,
+                                                                       protocol.threshold("blow_up_rise"))
       self.points.append(Point(arm, shape_of(trial.overrides), trial.overrides.get(SEED),
-                               None if lr is None else float(lr), trial, outcome))
+                               None if lr is None else float(lr), trial, outcome, blew_up))
     self.arms = [a for a in arms if any(p.arm == a for p in self.points)]
     self.shapes = list(dict.fromkeys(p.shape for p in self.points))
     self.lrs = sorted({p.lr for p in self.points}, key=lambda lr: -math.inf if lr is None else lr)
@@ -98,7 +105,7 @@ class Measures:
     run = {(p.arm, p.shape, p.seed, p.lr) for p in self.points}
     self.missing = {}  # shape -> trials of the grid not (yet) filed
     for overrides in expected:
-      arm = judge.arm_of(arms, overrides)
+      arm = results.arm_of(arms, overrides)
       lr = overrides.get(LR)
       key = (arm, shape_of(overrides), overrides.get(SEED), None if lr is None else float(lr))
       if arm is not None and key not in run:
@@ -126,12 +133,12 @@ class Measures:
     return math.log(trial.vocab_size) if which == "init" else trial.summary.frequency_loss
 
   def max_stable_lr(self, arm, shape, seed) -> float | None:
-    """The largest rate at which the seed's run learned; None if it learned at none (or a rate
-    of the grid is missing)."""
+    """The largest rate at which the seed's run was stable: it learned (and, where the protocol
+    says so, never blew up); None if it was stable at none (or a rate of the grid is missing)."""
     entries = [self.cell(arm, shape, seed, lr) for lr in self.lrs]
     if None in entries:
       return None
-    return max((p.lr for p in entries if p.outcome == outcomes.LEARNED), default=None)
+    return max((p.lr for p in entries if not p.failed and not p.blew_up), default=None)
 
   def per_seed(self, metric: str, arm: str, shape: str) -> list[float | None]:
     """lr_sensitivity | frequency_sensitivity | best_loss | max_stable_lr of each seed (a
@@ -153,6 +160,12 @@ class Measures:
       else:
         values.append(sensitivity(curve, self.cap(arm, shape, "init" if metric == "lr_sensitivity" else "frequency")))
     return values
+
+  def sensitivity_over(self, arm: str, shape: str, lrs) -> list[float | None]:
+    """Each seed's LR sensitivity (cap ln V) over the sweep's rates in `lrs` only."""
+    index = [self.lrs.index(lr) for lr in lrs]
+    curves = [self.curve(arm, shape, seed) for seed in self.seeds]
+    return [None if c is None else sensitivity([c[i] for i in index], self.cap(arm, shape, "init")) for c in curves]
 
   def divergences(self, arm: str, shape: str | None = None) -> tuple[int, int]:
     """(diverged runs, runs) of the arm over the whole grid (or one shape)."""

@@ -141,6 +141,18 @@ def spikes(loss, warmup: int, rebound: float, blow_ups: bool = False) -> list[Sp
   return found
 
 
+def blew_up(loss, warmup: int, rise: float) -> bool:
+  """Whether the logged train loss `[(step, loss)]`, at some step after warmup, stood `rise` nats
+  or more above its running minimum (over every step before it, warmup's included) or was not
+  finite: a blow-up whether or not the run recovered (a protocol's `stable_needs_no_blow_up`)."""
+  low = math.inf
+  for step, value in loss:
+    if step > warmup and (not math.isfinite(value) or value - low >= rise):
+      return True
+    low = min(low, value) if math.isfinite(value) else low
+  return False
+
+
 def stayed_above(loss, frequency_loss: float, learned_below: float, warmup: int) -> bool:
   """After warmup the train loss got below `learned_below` (it had learned), then rose above
   `frequency_loss` and stayed there to the last logged step: it threw away what it had learned

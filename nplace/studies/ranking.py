@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from nplace.studies import intervals, judge
+from nplace.studies import intervals
+from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict, partly_run
 
 SCORES = "lab.json"  # in a results study: the lab's score of every configuration and seed
 
@@ -104,32 +105,32 @@ class Ranking:
                   None if None in observed else _geometric_mean(observed)))
     return out
 
-  def _max_lr_verdict(self, claim, protocol) -> judge.Verdict:
+  def _max_lr_verdict(self, claim, protocol) -> Verdict:
     found = self.max_lrs()
     if not found or any(p is None or o is None for _, _, p, o in found):
-      return judge.Verdict(claim, judge.NOT_TESTABLE, (), None,
+      return Verdict(claim, NOT_TESTABLE, (), None,
                            "a prediction and an observed maximum stable rate for every configuration")
     tolerance, target = protocol.threshold("lr_tolerance"), protocol.threshold("target_right")
     right = [abs(math.log10(p / o)) <= tolerance for _, _, p, o in found]
     fraction = float(np.mean(right))
-    effect = judge.Effect(f"{len(found)} configurations", fraction, math.nan, math.nan, len(self.seeds),
+    effect = Effect(f"{len(found)} configurations", fraction, math.nan, math.nan, len(self.seeds),
                           f"fraction predicted within {tolerance:g} decades")
     held = fraction >= target
-    return judge.Verdict(claim, judge.REPRODUCED if held else judge.NOT_REPRODUCED,
+    return Verdict(claim, REPRODUCED if held else NOT_REPRODUCED,
                          (effect,), None, f"{sum(right)} of {len(right)} right; "
                          f"{'fewer' if held else 'at least'} {math.ceil(target * len(right))} would change it")
 
-  def verdict(self, claim, protocol) -> judge.Verdict:
-    return judge.partly_run(self._verdict(claim, protocol), getattr(self.measures, "missing", {}))
+  def verdict(self, claim, protocol) -> Verdict:
+    return partly_run(self._verdict(claim, protocol), getattr(self.measures, "missing", {}))
 
-  def _verdict(self, claim, protocol) -> judge.Verdict:
+  def _verdict(self, claim, protocol) -> Verdict:
     if claim.metric == "max_lr_right":
       return self._max_lr_verdict(claim, protocol)
     if len(self.rows) < 3:
-      return judge.Verdict(claim, judge.NOT_TESTABLE, (), None,
+      return Verdict(claim, NOT_TESTABLE, (), None,
                            "at least 3 configurations scored and swept")
     rho, low, high = self.rho()
-    effect = judge.Effect(f"{len(self.rows)} configurations", rho, low, high, len(self.seeds),
+    effect = Effect(f"{len(self.rows)} configurations", rho, low, high, len(self.seeds),
                           "Spearman's rho, lab score vs LR sensitivity")
     if claim.metric == "rho_above_zero":
       held = low > 0
@@ -138,10 +139,10 @@ class Ranking:
       target = protocol.threshold("target_rho")
       held = rho >= target
       change = f"rho below {target:g}" if held else f"rho reaching {target:g}"
-    verdict = judge.REPRODUCED if held else judge.NOT_REPRODUCED
+    verdict = REPRODUCED if held else NOT_REPRODUCED
     over = ("seeds and configurations" if protocol.resample_configurations
             else "seeds only, not over the choice of configurations")
-    return judge.Verdict(claim, verdict, (effect,), None, f"{change} (the interval is over {over})")
+    return Verdict(claim, verdict, (effect,), None, f"{change} (the interval is over {over})")
 
 
 def judges_max_lr(protocol) -> bool:

@@ -59,8 +59,8 @@ class Study:
 
 
 def grid_module(study: Study, repo=None):
-  """(the experiment module of the study's grid, its ARG), which declares `protocol(arg)` and
-  `ARMS` (what its results are judged by); grid files are found relative to `repo` (default:
+  """(the experiment module of the study's grid, its ARG), which declares `protocol(arg)`,
+  `ARMS` (what its results are judged by) and `SEED_SETTING` (the seed's models and data); grid files are found relative to `repo` (default:
   the results directory's parent, the repository)."""
   repo = pathlib.Path(repo) if repo else study.path.absolute().parent.parent
   file, _, arg = study.config.partition(":")
@@ -68,9 +68,9 @@ def grid_module(study: Study, repo=None):
     module = grid.load_module(repo / file)
   except grid.GridError as e:
     raise runs_lib.RunsError(f"{study.path}: its grid: {e}") from None
-  if not hasattr(module, "protocol") or not hasattr(module, "ARMS"):
+  if not all(hasattr(module, name) for name in ("protocol", "ARMS", "SEED_SETTING")):
     raise runs_lib.RunsError(f"{study.path}: its grid {study.config} declares no protocol(arg) "
-                             "and ARMS: nothing to judge it by")
+                             "and ARMS, and a SEED_SETTING (what its claims were about): nothing to judge it by")
   return module, arg
 
 
@@ -98,6 +98,15 @@ def arms(module, protocol) -> dict:
   """The arms a protocol judges (label -> overrides): its own where it declares them (study A's
   protocol 2 makes weight decay part of the arm), else its grid module's ARMS."""
   return protocol.arms if protocol.arms is not None else module.ARMS
+
+
+def arm_of(arms: dict, overrides: dict) -> str | None:
+  """The label of the arm (label -> model overrides) whose every key the trial's overrides
+  match; of several, the one that names the most keys (an arm that adds one key to another,
+  as study B's matched control adds its init scale to Post-LN, is its own)."""
+  matching = [(len(model), label) for label, model in arms.items()
+              if all(overrides.get(key) == value for key, value in model.items())]
+  return max(matching, key=lambda m: m[0])[1] if matching else None
 
 
 def name_of(config: str) -> str:

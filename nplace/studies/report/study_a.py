@@ -6,7 +6,7 @@ import numpy as np
 
 from nplace.logs import plots
 from nplace.model import size
-from nplace.studies import grid, intervals, markdown, outcomes, runs as runs_lib
+from nplace.studies import exact, grid, intervals, markdown, outcomes, runs as runs_lib
 from nplace.studies.report import generic, tables
 
 NO_WEIGHT_DECAY = ", no weight decay"  # the label suffix of protocol 2's arms without weight decay
@@ -213,3 +213,44 @@ def outcome_table(protocol, measures) -> str:
                      _spikes([p.trial for p in entries], protocol), *blow_ups])
   return markdown.table(["shape", "arm", "lr", *outcomes.CLASSES, "final val loss", "learned fraction",
                          "loss spikes"] + (["transient blow-ups"] if protocol.blow_ups else []), rows)
+
+
+def fixed_rates_table(protocol, measures) -> str:
+  """Per arm and rate: the failed runs and their exact interval, the runs that blew up at any
+  step or ended diverged, and the final loss over the runs that stayed finite."""
+  rows = []
+  for shape in measures.shapes:
+    for lr in measures.lrs:
+      for arm in measures.arms:
+        points = [p for p in measures.of(arm, shape) if p.lr == lr]
+        if not points:
+          continue
+        failed = sum(p.failed for p in points)
+        low, high = exact.rate_interval(failed, len(points), protocol.interval)
+        rows.append([shape, f"{lr:.2g}", arm, f"{failed} of {len(points)}", tables.ci(failed / len(points), low, high),
+                     str(sum(p.blew_up for p in points)), str(sum(p.outcome == outcomes.DIVERGED for p in points)),
+                     markdown.mean_std([measures.final_loss(p) for p in points], 3)])
+  return markdown.table(["shape", "lr", "arm", "failed", f"failure rate [{protocol.interval:.0%} exact]", "blew up",
+                         "ended diverged", "final val loss"], rows)
+
+
+def effect_source_table(protocol, measures) -> str:
+  """Where each LR-sensitivity claim's effect comes from: worse - better over the whole sweep,
+  and over the rates at which every seed of both arms learned."""
+  rng = np.random.default_rng(protocol.bootstrap_seed)
+  rows = []
+  for claim in protocol.claims:
+    if claim.metric != "lr_sensitivity":
+      continue
+    for shape in measures.shapes:
+      both = [lr for lr in measures.lrs
+              if all(p.outcome == outcomes.LEARNED for arm in (claim.better, claim.worse)
+                     for p in measures.of(arm, shape, lr))]
+      cells = []
+      for lrs in (measures.lrs, both):
+        better, worse = (measures.sensitivity_over(arm, shape, lrs) for arm in (claim.better, claim.worse))
+        usable = len(lrs) > 1 and None not in better + worse
+        cells.append(tables.ci(*intervals.difference(better, worse, protocol, rng)) if usable else "-")
+      rows.append([f"`{claim.id}`", shape, cells[0], ", ".join(f"{lr:.2g}" for lr in both) or "none", cells[1]])
+  return markdown.table(["claim", "shape", "worse − better, whole sweep", "rates where every seed of both learned",
+                         "worse − better there"], rows)

@@ -1,9 +1,39 @@
-"""The tables every study section of results/README.md shares: a protocol's thresholds, its
-verdicts (at each horizon too), and the verdicts with each threshold halved and doubled."""
+"""The pieces every study section of results/README.md shares: the scale it ran at, a protocol's
+thresholds, its verdicts (at each horizon too, with each three-way claim's false-positive rate
+and power), and the verdicts with each threshold halved and doubled."""
 import math
 
-from nplace.protocol import FINDING
-from nplace.studies import judge, markdown
+from nplace.model import size
+from nplace.protocol import FINDING, THREE_WAY
+from nplace.studies import grid, judge, markdown, three_way
+
+UNDERPOWERED = 0.8  # a claim whose test reproduces a true effect less often than this is marked
+
+
+def scale(module, arg: str, study) -> tuple[list[int], int]:
+  """(the parameter counts of the study's models, ascending; the tokens one trial trains on)."""
+  base = module.get_config(arg)
+  tokens = base.train.steps * base.train.batch_size * base.train.get("grad_accum", 1) * base.data.seq_len
+  models = {tuple((k, v) for k, v in t.overrides.items() if k.startswith("model.")): t for t in study.trials}
+  params = {size.model_info(grid.apply(base, t.overrides, t.name))["params"] for t in models.values()}
+  return sorted(params), tokens
+
+
+def corpus(module, arg: str, study) -> str:
+  data = module.get_config(arg).data
+  if data.source != "synthetic":
+    return f"the corpus `{data.source}`"
+  rate = study.trials[0].summary.entropy_rate
+  return (f"a synthetic language (an order-{data.synthetic_order} Markov chain over {data.synthetic_vocab} "
+          f"tokens, entropy rate {rate:.2f} nats)")
+
+
+def scale_line(module, arg: str, study) -> str:
+  """One line: the corpus, the models' sizes, the tokens a trial, and what the study stands in for."""
+  params, tokens = scale(module, arg, study)
+  sizes = markdown.count(params[0]) + ("" if len(params) == 1 else f" to {markdown.count(params[-1])}")
+  return (f"**Scale**: {corpus(module, arg, study)}; models of {sizes} parameters, {markdown.count(tokens)} "
+          f"tokens a trial: a small-scale proxy of the seed's claim about {module.SEED_SETTING}.")
 
 
 def ci(mean, low, high, digits=2) -> str:
@@ -15,32 +45,50 @@ def ci(mean, low, high, digits=2) -> str:
 def effects(verdict) -> str:
   if verdict.counts is not None:
     b, w = verdict.counts
-    return f"diverged: {verdict.claim.better} {b}, {verdict.claim.worse} {w}"
+    outcome = "diverged" if verdict.claim.metric == "divergences" else "failed"
+    return f"{outcome}: {verdict.claim.better} {b}, {verdict.claim.worse} {w}"
   whats = {e.what for e in verdict.effects}
   text = "; ".join(f"{e.shape}: {ci(e.mean, e.low, e.high)}" for e in verdict.effects)
   return f"{', '.join(sorted(whats))}: {text}" if text else "-"
 
 
-def verdict_table(protocol, verdicts, tier: str, seeds: int, at_horizons=None) -> str:
-  """`at_horizons`: claim id -> the verdicts at the protocol's earlier horizons (a column)."""
+def operating_cells(protocol, measures) -> dict | None:
+  """Claim id -> its test's false-positive rate and power (three_way.operating), for a three-way
+  protocol; None for another."""
+  if protocol.verdicts != THREE_WAY:
+    return None
+  cells = {}
+  for claim in protocol.claims:
+    found = three_way.operating(claim, protocol, measures, protocol.bootstrap_seed)
+    cells[claim.id] = "-" if found is None else (
+        f"{found[0]:.2f} / {found[1]:.2f} at {claim.power_at}"
+        + (" **underpowered**" if found[1] < UNDERPOWERED else ""))
+  return cells
+
+
+def verdict_table(protocol, verdicts, tier: str, seeds: int, at_horizons=None, operating=None) -> str:
+  """`at_horizons`: claim id -> the verdicts at the protocol's earlier horizons (a column);
+  `operating`: claim id -> its test's false-positive rate and power (a column)."""
   rows = [[f"{v.claim.statement} (`{v.claim.id}`)", tier, f"v{protocol.version}", f"**{v.verdict}**",
            effects(v), str(seeds), v.would_change] + ([at_horizons[v.claim.id]] if at_horizons else [])
+          + ([operating[v.claim.id]] if operating else [])
           for v in verdicts]
   return markdown.table(["claim", "tier", "protocol", "verdict",
                          "effect, mean [interval]",
-                         "seeds", "what would change it"] + (["at earlier horizons"] if at_horizons else []), rows)
+                         "seeds", "what would change it"] + (["at earlier horizons"] if at_horizons else [])
+                        + ([f"false positives / power ({three_way.DRAWS} draws each)"] if operating else []), rows)
 
 
-def verdict_tables(protocol, verdicts, tier: str, seeds: int, at_horizons=None) -> str:
+def verdict_tables(protocol, verdicts, tier: str, seeds: int, at_horizons=None, operating=None) -> str:
   """verdict_table, in two parts when the protocol labels some claims as this project's own
   findings: what the reproduced paper (the seed) claims, then what this project found."""
   findings = [v for v in verdicts if v.claim.source == FINDING]
   if not findings:
-    return verdict_table(protocol, verdicts, tier, seeds, at_horizons)
+    return verdict_table(protocol, verdicts, tier, seeds, at_horizons, operating)
   seed = [v for v in verdicts if v.claim.source != FINDING]
-  return "\n\n".join(["**The seed's claims**", verdict_table(protocol, seed, tier, seeds, at_horizons),
+  return "\n\n".join(["**The seed's claims**", verdict_table(protocol, seed, tier, seeds, at_horizons, operating),
                        "**This project's findings** (not claims of the seed: a verdict either way is a result)",
-                       verdict_table(protocol, findings, tier, seeds, at_horizons)])
+                       verdict_table(protocol, findings, tier, seeds, at_horizons, operating)])
 
 
 def horizon_label(fraction: float) -> str:

@@ -1,0 +1,43 @@
+"""What a verdict is: one claim's reading (reproduced, not reproduced; or reproduced,
+contradicted, inconclusive; or not testable) with the effects it was read from."""
+import dataclasses
+
+from nplace.protocol import Claim, LabClaim
+
+REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable at this tier"
+CONTRADICTED, INCONCLUSIVE = "contradicted", "inconclusive"
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+  """What a claim is judged on in one model shape; by default `worse` minus `better` (so
+  positive supports the claim). `low`/`high` NaN: no interval."""
+  shape: str
+  mean: float
+  low: float
+  high: float
+  seeds: int
+  what: str = "worse − better, nats"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  claim: Claim | LabClaim
+  verdict: str
+  effects: tuple[Effect, ...]  # per shape; () for divergence counts
+  counts: tuple[int, int] | None  # (better, worse) divergences, for `divergences`
+  would_change: str
+
+
+def partly_run(verdict: Verdict, missing: dict) -> Verdict:
+  """A grid run in part (`missing`: where -> trials not yet filed) is not testable yet; the
+  verdict says what its finished part shows."""
+  if not missing:
+    return verdict
+  return dataclasses.replace(verdict, verdict=NOT_TESTABLE, would_change=f"the grid's remaining trials: "
+                             f"{not_filed(missing)}; on the finished ones: {verdict.verdict}")
+
+
+def not_filed(missing: dict) -> str:
+  """`depth 12, width 32 (50 trials), ...`: where each of a grid's unfiled trials belongs."""
+  return ", ".join(f"{where} ({n} trials)" for where, n in missing.items())
