@@ -21,9 +21,12 @@ def shift_p(better_S, worse_S, margin: float) -> float:
   """One-sided exact permutation p-value that mean(worse) - mean(better) exceeds `margin`: the
   share of the arms' relabellings, after `margin` is taken off `worse`, whose difference in
   means is at least the observed one. Every relabelling is enumerated (C(n, k) of them), so
-  ties and steps in the values cost no coverage; the smallest p it can give is 1 / C(n, k)."""
+  ties and steps in the values cost no coverage; the smallest p it can give is 1 / C(n, k).
+  NaN where a value is not finite."""
   better_S = np.asarray(better_S, float)
   worse_S = np.asarray(worse_S, float) - margin
+  if not (np.all(np.isfinite(better_S)) and np.all(np.isfinite(worse_S))):
+    return math.nan  # a value that is not a number decides nothing
   pooled = np.concatenate([worse_S, better_S])
   n, k = len(pooled), len(worse_S)
   observed = worse_S.mean() - better_S.mean()

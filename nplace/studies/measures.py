@@ -2,8 +2,8 @@
 measuring class that the protocol's declared `kind` names (nplace/protocol.py). The results
 page and `nplace lab --rank` both measure through it, so they agree on every trial, the grid's
 unfiled ones included."""
-from nplace.protocol import (COLLAPSE, COLLAPSE_MECHANISMS, COMPARISON, GROWTH_PER_SEED, GROWTH_POOLED, LAB,
-                             LR_SWEEP, STABILITY_SWEEP)
+from nplace.protocol import (COLLAPSE, COLLAPSE_MECHANISMS, COMPARISON, FIXED_RATES, GROWTH_PER_SEED, GROWTH_POOLED,
+                             LAB, LR_SWEEP, STABILITY_SWEEP)
 from nplace.studies import collapse, depth_growth, lr_sensitivity, ranking, results
 
 
@@ -19,7 +19,7 @@ def measures_for(protocol, study, module, arg: str, horizon: float = 1.0, ranked
     scores, predicted = scored
     return ranking.Ranking(protocol, measures_for(ranked, study, module, arg, horizon), scores, predicted)
   arms = results.arms(module, protocol)
-  if protocol.kind in (LR_SWEEP, STABILITY_SWEEP, COMPARISON):
+  if protocol.kind in (LR_SWEEP, STABILITY_SWEEP, COMPARISON, FIXED_RATES):
     return lr_sensitivity.Measures(protocol, arms, study.trials, horizon, module.get_sweep(arg))
   if protocol.kind == GROWTH_PER_SEED:
     return depth_growth.SeedMeasures(protocol, arms, study.trials, horizon, module.get_sweep(arg))

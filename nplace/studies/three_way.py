@@ -11,15 +11,27 @@ claim's false-positive rate and power from the code that gives its verdict (`ope
 - lr_sensitivity, best_loss, final_loss: the protocol's interval per model shape (Welch's t).
   Reproduced when every shape's interval clears the margin (`min_effect`; `-min_effect` for a
   "matches" claim), contradicted when some shape's interval lies wholly on the other side.
+  An interval must clear the margin by more than rounding: seeds that are all alike give a
+  zero-width interval, which decides nothing exactly at the margin.
 - max_stable_lr with `method` PERMUTATION: per shape, two one-sided exact permutation tests of
-  the shift against `min_lr_gap`, each at (1 - interval) / 2.
-- divergences with `divergence_test` STRATIFIED: the exact stratified test over model shapes and
-  rates, each way, at `failure_p`.
+  a shift of `worse` above `better` against `min_lr_gap`, each at (1 - interval) / 2. The test
+  is of a shift: an arm whose values mix two grid points can move its mean by the margin
+  without shifting, and 5 seeds cannot tell the two apart. A seed stable at the sweep's top rate
+  may be stable higher still: where `better` has one, the claim is not contradicted; where
+  `worse` has one, it is not reproduced.
+- divergences with `divergence_test` STRATIFIED, and fails_more: the exact stratified test over
+  model shapes and rates (one stratum: Fisher's exact test), each way, at `failure_p`;
+  fails_more claims Holm-adjusted over the protocol's fails_more claims.
 - failure_rate: one arm's failed runs at the claim's `lr`, its Clopper-Pearson interval against
-  the seed's rate: contradicted when its top is below it; reproduced when its low end is above 0
-  (for a seed rate of 0: when its top is below `never_rate`).
-- fails_more: two arms' failed runs at the claim's `lr`, one-sided Fisher's exact tests each
-  way, Holm-adjusted over the protocol's `fails_more` claims, at `failure_p`.
+  the seed's rate r: contradicted when the interval excludes r (the arm fails less often, or
+  more, than the seed says); reproduced when it holds r and excludes 0 (the arm fails, as often
+  as the seed's own 1 of 5 allows); inconclusive when it holds both. For a seed rate of 0:
+  reproduced when the top is below `never_rate`, contradicted when the low end reaches it.
+
+False positives: each claim is judged on samples drawn with no effect, its reproduced share the
+larger over its nulls: the arms' values pooled and reassigned at random, and (continuous
+values) both arms drawn at the claim's margin from the spread the seeds show; for a failure
+rate, runs that never fail (a seed rate above 0) or fail at `never_rate` (a seed rate of 0).
 """
 import dataclasses
 import math
@@ -29,9 +41,11 @@ import numpy as np
 from nplace.protocol import PERMUTATION, STRATIFIED
 from nplace.studies import exact, intervals
 from nplace.studies.verdict import CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, Effect, Verdict, partly_run
+
 CONTINUOUS = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")
 METRICS = CONTINUOUS + ("divergences", "failure_rate", "fails_more")
 DRAWS = 200  # samples drawn for a claim's false-positive rate and for its power
+ROUNDING = 1e-9  # how far past its margin an interval must lie: alike seeds land on it to the last bit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,17 +54,19 @@ class Shifts:
   `min_effect` for a "matches" claim)."""
   by_shape: dict  # shape -> (better_S, worse_S)
   margin: float
+  top: float | None = None  # max_stable_lr: the value of a seed stable at the sweep's top rate
 
-  def null(self, claim, rng) -> "Shifts":
-    """The arms' values pooled and reassigned at random; for a "matches" claim, whose claim holds
-    with no difference, `worse` drawn at the margin's distance below `better` instead."""
-    if claim.matches:
-      return self._shifted(self.margin, rng)
+  def nulls(self, claim) -> list:
+    """Draws with no effect: the arms pooled and reassigned (not for a "matches" claim, which
+    holds with no difference), and both arms at the claim's margin."""
+    return ([] if claim.matches else [self._pooled]) + [lambda claim, rng: self._shifted(self.margin, rng)]
+
+  def _pooled(self, claim, rng) -> "Shifts":
     out = {}
     for shape, (better, worse) in self.by_shape.items():
       pooled = rng.permutation(np.concatenate([better, worse]))
       out[shape] = (pooled[:len(better)], pooled[len(better):])
-    return Shifts(out, self.margin)
+    return dataclasses.replace(self, by_shape=out)
 
   def alternative(self, claim, rng) -> "Shifts":
     return self._shifted(claim.power_at, rng)
@@ -65,7 +81,7 @@ class Shifts:
       centre = better.mean()
       out[shape] = (centre + rng.choice(deviations, len(better)),
                     centre + effect + rng.choice(deviations, len(worse)))
-    return Shifts(out, self.margin)
+    return dataclasses.replace(self, by_shape=out, top=None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +92,11 @@ class Counts:
   def table(self):
     return [(int(w.sum()), len(w), int(b.sum()), len(b)) for w, b in self.by_stratum.values()]
 
-  def null(self, claim, rng) -> "Counts":
+  def nulls(self, claim) -> list:
+    return [self._pooled]
+
+  def _pooled(self, claim, rng) -> "Counts":
+    """Each stratum's runs reassigned to the arms at random."""
     out = {}
     for stratum, (worse, better) in self.by_stratum.items():
       pooled = rng.permutation(np.concatenate([worse, better]))
@@ -84,9 +104,15 @@ class Counts:
     return Counts(out)
 
   def alternative(self, claim, rng) -> "Counts":
+    """The claim's (worse's, better's) failure rates in every stratum where some run failed and
+    some did not; a stratum where all failed, or none did, stays as it is."""
     worse_rate, better_rate = claim.power_at
-    return Counts({s: (rng.random(len(w)) < worse_rate, rng.random(len(b)) < better_rate)
-                   for s, (w, b) in self.by_stratum.items()})
+    out = {}
+    for stratum, (worse, better) in self.by_stratum.items():
+      runs = np.concatenate([worse, better])
+      out[stratum] = ((rng.random(len(worse)) < worse_rate, rng.random(len(better)) < better_rate)
+                      if 0 < runs.sum() < len(runs) else (worse, better))
+    return Counts(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,11 +121,11 @@ class Rate:
   failed_R: np.ndarray
   never_rate: float
 
-  def null(self, claim, rng) -> "Rate":
-    """Runs failing at the rate that bounds the claim: never (a seed rate above 0), or at
-    `never_rate` (a seed rate of 0): the data under which the claim must not be reproduced."""
+  def nulls(self, claim) -> list:
+    """Runs that never fail (a seed rate above 0: no instability at this recipe), or that fail
+    at `never_rate` (a seed rate of 0)."""
     rate = 0.0 if claim.seed_rate > 0 else self.never_rate
-    return Rate(rng.random(len(self.failed_R)) < rate, self.never_rate)
+    return [lambda claim, rng: Rate(rng.random(len(self.failed_R)) < rate, self.never_rate)]
 
   def alternative(self, claim, rng) -> "Rate":
     return Rate(rng.random(len(self.failed_R)) < claim.power_at, self.never_rate)
@@ -117,7 +143,8 @@ def sample(claim, protocol, measures):
             " (a seed stable at no rate has no maximum stable rate)" if claim.metric == "max_stable_lr" else "")
       by_shape[shape] = (np.asarray(better, float), np.asarray(worse, float))
     gap = protocol.threshold("min_lr_gap" if claim.metric == "max_stable_lr" else "min_effect")
-    return Shifts(by_shape, -gap if claim.matches else gap) if by_shape else "every shape run"
+    top = -math.log10(max(measures.lrs)) if claim.metric == "max_stable_lr" else None
+    return Shifts(by_shape, -gap if claim.matches else gap, top) if by_shape else "every shape run"
   if claim.metric == "failure_rate":
     found = [p.failed for shape in measures.shapes for p in measures.of(claim.arm, shape, claim.lr)
              if p.lr == claim.lr]
@@ -125,13 +152,17 @@ def sample(claim, protocol, measures):
     return Rate(np.array(found, bool), never) if found else f"runs of {claim.arm} at lr {claim.lr:g}"
   rates = measures.lrs if claim.metric == "divergences" else [claim.lr]
   failed = (lambda p: p.outcome == "diverged") if claim.metric == "divergences" else (lambda p: p.failed)
+  pooled = claim.metric == "divergences" and protocol.divergence_test != STRATIFIED  # one count over the grid
   by_stratum = {}
   for shape in measures.shapes:
     for lr in rates:
       worse = [failed(p) for p in measures.of(claim.worse, shape) if p.lr == lr]
       better = [failed(p) for p in measures.of(claim.better, shape) if p.lr == lr]
       if worse and better:
-        by_stratum[(shape, lr)] = (np.array(worse, bool), np.array(better, bool))
+        key = "the grid" if pooled else (shape, lr)
+        old_worse, old_better = by_stratum.get(key, (np.zeros(0, bool), np.zeros(0, bool)))
+        by_stratum[key] = (np.concatenate([old_worse, worse]).astype(bool),
+                           np.concatenate([old_better, better]).astype(bool))
   return Counts(by_stratum) if by_stratum else "runs of both arms at a common rate"
 
 
@@ -162,14 +193,17 @@ def _decide_shifts(claim, protocol, data: Shifts) -> Verdict:
       mean = float(worse.mean() - better.mean())
       p_for, p_against = exact.shift_p(better, worse, margin), exact.shift_p(worse, better, -margin)
       effects.append(Effect(shape, mean, math.nan, math.nan, n, f"worse − better, {unit}"))
-      held.append(p_for < alpha), against.append(p_against < alpha)
+      # a seed stable at the top rate may be stable higher: `better`'s lead, or `worse`'s, is a floor
+      held.append(p_for < alpha and not _at_top(worse, data.top))
+      against.append(p_against < alpha and not _at_top(better, data.top))
       notes.append(f"{shape}: p = {p_for:.3g} above {margin:g}, {p_against:.3g} below")
       if exact.smallest_shift_p(len(better), len(worse)) >= alpha:
         notes.append(f"no permutation test of {len(better)} and {len(worse)} seeds reaches {alpha:g}")
       continue
     mean, low, high = intervals.difference(better, worse, protocol, np.random.default_rng(protocol.bootstrap_seed))
     effects.append(Effect(shape, mean, low, high, n, f"worse − better, {unit}"))
-    held.append(low > margin), against.append(high < margin)
+    tolerance = ROUNDING * max(1.0, abs(margin))
+    held.append(low > margin + tolerance), against.append(high < margin - tolerance)
   verdict = _three(all(held), any(against))
   method = ("exact permutation tests at " + f"{alpha:g} each way: " + "; ".join(notes)
             if claim.method == PERMUTATION else
@@ -177,37 +211,38 @@ def _decide_shifts(claim, protocol, data: Shifts) -> Verdict:
   return Verdict(claim, verdict, tuple(effects), None, method)
 
 
+def _at_top(values, top) -> bool:
+  """Whether a seed's maximum stable rate is the sweep's top rate (censored: it may be higher)."""
+  return top is not None and bool(np.any(np.isclose(values, top)))
+
+
 def _decide_rate(claim, protocol, data: Rate) -> Verdict:
   failed, runs = int(data.failed_R.sum()), len(data.failed_R)
   low, high = exact.rate_interval(failed, runs, protocol.interval)
   effect = Effect(f"lr {claim.lr:g}", failed / runs, low, high, runs, "failure rate [Clopper-Pearson]")
   if claim.seed_rate > 0:
-    verdict = _three(low > 0, high < claim.seed_rate)
+    verdict = _three(low > 0, not low <= claim.seed_rate <= high)
   else:
-    verdict = _three(high < data.never_rate, low > 0)
-  return Verdict(claim, verdict, (effect,), None,
-                       f"{failed} of {runs} failed; the seed's rate {claim.seed_rate:g}")
+    verdict = _three(high < data.never_rate, low >= data.never_rate)
+  return Verdict(claim, verdict, (effect,), None, f"{failed} of {runs} failed; the seed's rate {claim.seed_rate:g}"
+                 + ("" if claim.seed_rate > 0 else f", counted as none below {data.never_rate:g}"))
 
 
 def _decide_counts(claim, protocol, data: Counts, family) -> Verdict:
   table = data.table()
   b = sum(t[2] for t in table)
   w = sum(t[0] for t in table)
-  if claim.metric == "divergences" and protocol.divergence_test == STRATIFIED:
-    p_for = exact.stratified_p(table)
-    p_against = exact.stratified_p([(fb, rb, fw, rw) for fw, rw, fb, rb in table])
-    how = f"exact stratified test over {len(table)} strata"
-  else:
-    (fw, rw, fb, rb), = table
-    p_for, p_against = exact.fisher_p(fw, rw, fb, rb), exact.fisher_p(fb, rb, fw, rw)
-    how = "one-sided Fisher's exact tests"
-    if family:
-      p_for, p_against = _holm_of(p_for, p_against, family)
-      how += f", Holm-adjusted over {len(family) + 1} claims"
+  p_for, p_against = raw_ps(data)
+  how = (f"exact stratified test over {len(table)} strata" if len(table) > 1 else "one-sided Fisher's exact tests")
+  if family:
+    p_for, p_against = _holm_of(p_for, p_against, family)
+    how += f", Holm-adjusted over {len(family) + 1} claims"
   level = protocol.threshold("failure_p")
+  if all(t[0] + t[2] in (0, t[1] + t[3]) for t in table):
+    how += "; every run of both arms failed, or none did, wherever both ran: no test can decide"
   verdict = _three(p_for < level, p_against < level)
   return Verdict(claim, verdict, (), (b, w), f"{how}: p = {p_for:.3g} that {claim.worse} fails more, "
-                                                   f"{p_against:.3g} less; level {level:g}")
+                                             f"{p_against:.3g} less; level {level:g}")
 
 
 def _holm_of(p_for, p_against, family):
@@ -217,39 +252,40 @@ def _holm_of(p_for, p_against, family):
   return adjusted_for, adjusted_against
 
 
-def raw_ps(claim, protocol, data) -> tuple[float, float] | None:
-  """A fails_more claim's unadjusted p-values each way (its family's members for Holm)."""
-  if not isinstance(data, Counts):
-    return None
-  (fw, rw, fb, rb), = data.table()
-  return exact.fisher_p(fw, rw, fb, rb), exact.fisher_p(fb, rb, fw, rw)
+def raw_ps(data: Counts) -> tuple[float, float]:
+  """The unadjusted one-sided p-values that `worse` fails more, and less, within strata."""
+  table = data.table()
+  return exact.stratified_p(table), exact.stratified_p([(fb, rb, fw, rw) for fw, rw, fb, rb in table])
 
 
 def judge_all(protocol, measures) -> list[Verdict]:
   """The protocol's verdicts: its three-way claims here, any other by `measures.verdict`."""
   samples = {c.id: sample(c, protocol, measures) for c in protocol.claims if c.metric in METRICS}
-  ps = {c.id: raw_ps(c, protocol, samples[c.id]) for c in protocol.claims if c.metric == "fails_more"}
+  ps = {c.id: raw_ps(samples[c.id]) for c in protocol.claims
+        if c.metric == "fails_more" and isinstance(samples[c.id], Counts)}
   verdicts = []
   for claim in protocol.claims:
     if claim.metric not in METRICS:
       verdicts.append(measures.verdict(claim, protocol))
       continue
-    family = [p for other, p in ps.items() if other != claim.id and p is not None] if claim.id in ps else ()
-    verdicts.append(partly_run(decide(claim, protocol, samples[claim.id], family),
-                                     getattr(measures, "missing", {})))
+    family = [p for other, p in ps.items() if other != claim.id] if claim.id in ps else ()
+    verdicts.append(partly_run(decide(claim, protocol, samples[claim.id], family), getattr(measures, "missing", {})))
   return verdicts
 
 
 def operating(claim, protocol, measures, seed: int) -> tuple[float, float] | None:
-  """(false-positive rate, power) of the claim's test: the share of DRAWS samples called
-  reproduced with no effect (`Sample.null`), and with the effect at `claim.power_at`
-  (`Sample.alternative`); None where the claim has no data or no stated effect. A fails_more
-  claim is drawn alone, Holm's adjustment left out: its rates are those of one test."""
+  """(false-positive rate, power) of the claim's test: the largest share of DRAWS samples called
+  reproduced under its nulls (`Sample.nulls`), and the share with the effect at
+  `claim.power_at` (`Sample.alternative`); None where the claim has no data or no stated
+  effect. A fails_more claim is judged with its Holm family at their worst (every other p 1)."""
   data = sample(claim, protocol, measures)
   if isinstance(data, str) or claim.power_at is None:
     return None
+  family = [(1.0, 1.0)] * (sum(c.metric == "fails_more" for c in protocol.claims) - 1) \
+      if claim.metric == "fails_more" else ()
   rng = np.random.default_rng(seed)
-  rates = []
-  for draw in (data.null, data.alternative):
-    rates.append(np.mean([decide(claim, protocol, draw(claim, rng)).verdict == REPRODUCED for _ in range(DRAWS)]))
-  return float(rates[0]), float(rates[1])
+
+  def share(draw):
+    return float(np.mean([decide(claim, protocol, draw(claim, rng), family).verdict == REPRODUCED
+                          for _ in range(DRAWS)]))
+  return max(share(null) for null in data.nulls(claim)), share(data.alternative)
