@@ -44,6 +44,16 @@ def test_the_rejudged_verdicts_are_three_way(rejudged):
   assert verdicts["dt_flatter"] == v.INCONCLUSIVE  # 0.16 [0.04, 0.29] and 0.30 [0.05, 0.54] straddle 0.05
 
 
+def test_the_edge_rate_is_the_declared_rule_applied_to_the_filed_pilot():
+  study = results.load(ROOT / "results" / "stability_v4_pilot")
+  pilot = measures_lib.measures_for(STABILITY.PROTOCOL_V4_PILOT, study, STABILITY, "v4_pilot")
+  failed = {lr: (sum(p.failed for p in pilot.points if p.lr == lr), sum(p.lr == lr for p in pilot.points))
+            for lr in pilot.lrs}
+  assert sorted(failed) == sorted(STABILITY.PILOT_LRS) and not pilot.missing
+  assert STABILITY.EDGE_LR == STABILITY.edge_rate(failed)
+  assert {claim.lr for claim in STABILITY.PROTOCOL_V4_FIXED.claims} == {STABILITY.TUNED_LR, STABILITY.EDGE_LR}
+
+
 def fixed_trial(arm, lr, seed, failed, blow_up=False):
   """A depth-12 trial of protocol 4's fixed-rate grid: learned (2.0 nats) or stalled at the
   frequency loss; `blow_up` adds a 30-nat excursion it recovers from."""
@@ -273,8 +283,8 @@ def test_edge_rate_breaks_the_one_third_two_thirds_tie_as_documented():
 
 
 def test_the_fixed_rate_grid_can_be_measured_through_measures_for():
-  trials = [fixed_trial(arm, STABILITY.TUNED_LR, seed, False) for arm in STABILITY.ARMS_V4
-            for seed in STABILITY.FIXED_SEEDS]
+  trials = [fixed_trial(arm, lr, seed, False) for arm in STABILITY.ARMS_V4
+            for lr in (STABILITY.TUNED_LR, STABILITY.EDGE_LR) for seed in STABILITY.FIXED_SEEDS]
   study = results.Study(ROOT / "results" / "stability_v4_fixed", "experiments/stability.py:v4_fixed", trials)
   measures = measures_lib.measures_for(STABILITY.PROTOCOL_V4_FIXED, study, STABILITY, "v4_fixed")
   assert measures.missing == {}

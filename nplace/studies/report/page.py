@@ -85,8 +85,8 @@ def _stability_sweep(s: Section, measures, by_horizon) -> list[str]:
           "Each claim's difference in LR sensitivity over the whole sweep, and over the rates at which every seed "
           "of both arms learned: an effect that vanishes there comes from the rates where one arm fails.",
           study_a.effect_source_table(s.protocol, measures),
-          "### Every verdict at each horizon (the validation loss at that step, the train loss up to it)",
-          tables.horizon_table(s.protocol, by_horizon),
+          *(["### Every verdict at each horizon (the validation loss at that step, the train loss up to it)",
+             tables.horizon_table(s.protocol, by_horizon)] if by_horizon else []),
           "### Final loss vs learning rate", study_a.sweep_figures(s.page, s.key, measures),
           "### Every grid point", study_a.outcome_table(s.protocol, measures)]
 
@@ -165,16 +165,19 @@ def study_section(s: Section) -> str:
     body.insert(0, f"**Partly run**: not yet filed: {verdict.not_filed(measures.missing)}. Claims are "
                    "not testable until every part has landed; each says what its finished parts show.")
   body += lab.lab_part(s.study, s.module, s.arg, protocol, s.tier)
+  return "\n\n".join([*_head(s), *(_verdicts(s, measures, by_horizon) if protocol.claims else []), *body])
+
+
+def _verdicts(s: Section, measures, by_horizon) -> list[str]:
+  """The verdict tables (at each horizon, with each claim's false positives and power where the
+  protocol is three-way), and the verdicts with each threshold halved and doubled."""
+  protocol = s.protocol
   verdicts = by_horizon[1.0] if by_horizon else judge.judge(protocol, measures)
-  return "\n\n".join([
-      *_head(s),
-      "### Verdicts",
-      tables.verdict_tables(protocol, verdicts, s.tier, len(measures.seeds),
-                            by_horizon and tables.at_horizons(by_horizon), tables.operating_cells(protocol, measures)),
-      "### The verdicts with each threshold halved and doubled",
-      tables.sensitivity_table(protocol, s.measures),
-      *body,
-  ])
+  return ["### Verdicts",
+          tables.verdict_tables(protocol, verdicts, s.tier, len(measures.seeds),
+                                by_horizon and tables.at_horizons(by_horizon), tables.operating_cells(protocol, measures)),
+          "### The verdicts with each threshold halved and doubled",
+          tables.sensitivity_table(protocol, s.measures)]
 
 
 def _scale_summary(sections) -> str:
