@@ -31,6 +31,9 @@ def _scanned_blocks(cfg):
       variable_axes={"params": 0, "perturbations": 0, "intermediates": 0},
       split_rngs={"params": True},
       length=cfg.n_layer,
+      # the parameter tree is the same either way; on a GPU the rolled loop's per-layer
+      # slicing and stacking copies cost ~10% of the 124M step (issue 58)
+      unroll=cfg.scan_unroll,
       metadata_params={nn.PARTITION_NAME: "layers"},
   )
 
