@@ -163,8 +163,8 @@ class EvalConfig(Section):
   rouge: bool = key(True, "ROUGE-1/2/L at every eval: of the teacher-forced argmax predictions, of the copy "
                     "baseline and of the generated continuations (pure Python: off for speed)")
   generate: int = key(4, "validation sequences per eval batch (its first N) given a greedy continuation of their "
-                      "first half, scored against the second half (ROUGE, BERTScore); seq_len/2 forwards of N "
-                      "sequences per batch; 0 = off")
+                      "first half, scored against the second half (ROUGE, BERTScore); decoded with a KV cache, "
+                      "every batch's N in one loop of seq_len/2 steps; 0 = off")
   bertscore_model: str | None = key(None, "local model directory for BERTScore; None = off")
   bertscore_layers: int | None = key(None, "its layer to score with; None = the last")
 

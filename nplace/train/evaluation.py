@@ -8,6 +8,7 @@ loss, perplexity both ways and, scored with ROUGE-1/2/L and (when configured) BE
   model that only copies (ROUGE only: the baseline the teacher-forced numbers must beat);
 - `gen_*`: greedy continuations of each sequence's first half against its second half
   (eval.generate; `decoding` says how), where copying earns nothing.
+One eval step call per evaluation, on all its batches: their continuations decode together.
 """
 import jax
 import numpy as np
@@ -47,33 +48,33 @@ class Evaluator:
   def __call__(self, params) -> dict:
     return self.results(self.outputs(params))
 
-  def outputs(self, params) -> list[dict]:
-    """The eval step's outputs (on the host) for each validation batch."""
+  def outputs(self, params) -> dict:
+    """The eval step's outputs (on the host), [J, ...] each: the validation batches in one call,
+    so that their continuations are decoded in one loop."""
     val = loader.make_iterator(self.config.data, "val", self.local_batch, seed=self.config.seed, shuffle=False)
-    return [jax.device_get(self.eval_step(params, self.put_batch(next(val))))
-            for _ in range(self.config.train.eval_batches)]
+    batches_JBT1 = np.stack([next(val) for _ in range(self.config.train.eval_batches)])
+    return jax.device_get(self.eval_step(params, self.put_batch(batches_JBT1)))
 
-  def results(self, outs) -> dict:
+  def results(self, out) -> dict:
     """name -> value from one run's outputs."""
-    loss_B = np.concatenate([o["loss_B"] for o in outs])
+    loss_B = out["loss_JB"].reshape(-1)
     results = {"loss": float(loss_B.mean()), **scores.perplexities(loss_B)}
     if not (self.active and self.scored):
       return results
 
     def texts(key, rows=None):
-      return [self.decode(row) for o in outs for row in o[key][:rows]]
+      return [self.decode(row) for batch in out[key] for row in batch[:rows]]
 
-    target = texts("target_BT")
-    results |= self.text_scores("teacher_forced_", texts("pred_BT"), target)
+    target = texts("target_JBT")
+    results |= self.text_scores("teacher_forced_", texts("pred_JBT"), target)
     if self.rouge_text:
       if self._copy is None:
-        self._copy = {f"copy_{k}": v for k, v in scores.rouge(texts("input_BT"), target).items()}
+        self._copy = {f"copy_{k}": v for k, v in scores.rouge(texts("input_JBT"), target).items()}
       results |= self._copy
     if self.decoding:
-      generated = outs[0]["gen_BG"].shape[-1]
-      rows = outs[0]["gen_BG"].shape[0]  # the batches' first rows (eval.generate)
-      truth = [self.decode(row[-generated:]) for o in outs for row in o["input_BT"][:rows]]
-      results |= self.text_scores("gen_", texts("gen_BG"), truth)
+      _, rows, generated = out["gen_JBG"].shape  # the batches' first rows (eval.generate)
+      truth = [self.decode(row[-generated:]) for batch in out["input_JBT"] for row in batch[:rows]]
+      results |= self.text_scores("gen_", texts("gen_JBG"), truth)
     return results
 
   def text_scores(self, prefix: str, predictions: list[str], targets: list[str]) -> dict:
