@@ -22,21 +22,21 @@ from nplace.config import experiment, validate
 from nplace.train import evaluation, rouge_ids, scores
 
 
-def trial_outputs(config, rng) -> list[dict]:
-  """One trial's eval-step outputs (nplace/train/steps.py's names and dtypes), batch by batch."""
+def trial_outputs(config, rng) -> dict:
+  """One trial's eval-step outputs (nplace/train/steps.py's names and dtypes), [J, ...] each."""
   B, T, vocab = config.train.batch_size, config.data.seq_len, config.data.synthetic_vocab
   generating, generated = min(config.eval.generate, B), T - T // 2
   outs = []
   for _ in range(config.train.eval_batches):
-    window = rng.integers(0, vocab, (B, T + 1)).astype(np.uint16)
+    window = rng.integers(0, vocab, (B, T + 1)).astype(np.int32)
     guessed_BT = rng.integers(0, config.model.vocab_size, (B, T))
-    outs.append({"loss_B": rng.random(B), "input_BT": window[:, :-1], "target_BT": window[:, 1:],
-                 "pred_BT": np.where(rng.random((B, T)) < 0.7, window[:, :-1], guessed_BT).astype(np.int32),
-                 "gen_BG": rng.choice(window[0], (generating, generated)).astype(np.int32)})
-  return outs
+    outs.append({"loss_JB": rng.random(B), "input_JBT": window[:, :-1], "target_JBT": window[:, 1:],
+                 "pred_JBT": np.where(rng.random((B, T)) < 0.7, window[:, :-1], guessed_BT).astype(np.int32),
+                 "gen_JBG": rng.choice(window[0], (generating, generated)).astype(np.int32)})
+  return {key: np.stack([o[key] for o in outs]) for key in outs[0]}
 
 
-def score_cell(config, trials: list[list[dict]]):
+def score_cell(config, trials: list[dict]):
   """A cell's evaluation of its trials' outputs, by a fresh evaluator (its copy baseline not yet
   computed)."""
   evaluator = evaluation.Evaluator(config, eval_step=None, put_batch=None, local_batch=config.train.batch_size,
@@ -48,12 +48,12 @@ def rouge_score_seconds(config, outs, sample: int, trials: int) -> float:
   """rouge-score's time for one evaluation, extrapolated from `sample` rows of each kind of one
   trial's outputs `outs`, each kind timed beside the id path on the same rows (printed)."""
   def rows(key, count=None):  # as the evaluator gathers them
-    return np.concatenate([o[key][:count] for o in outs])
+    return np.concatenate(list(outs[key][:, :count]))
 
-  generating, generated = outs[0]["gen_BG"].shape
+  _, generating, generated = outs["gen_JBG"].shape
   kinds = {  # name: (predictions, targets, how many times an evaluation scores them)
-      "teacher-forced": (rows("pred_BT"), rows("target_BT"), trials + 1),  # + the copy baseline
-      "generated": (rows("gen_BG"), rows("input_BT", generating)[:, -generated:], trials),
+      "teacher-forced": (rows("pred_JBT"), rows("target_JBT"), trials + 1),  # + the copy baseline
+      "generated": (rows("gen_JBG"), rows("input_JBT", generating)[:, -generated:], trials),
   }
   decode, _ = scores.text_decoder(config.data)
   scores.rouge(["a"], ["a"])  # imports rouge-score and nltk: not ROUGE's cost
@@ -82,7 +82,7 @@ def main():
   trials = [trial_outputs(config, rng) for _ in range(args.trials)]
   print(f"stability.py:gpu, {args.trials} trials, each: {config.train.eval_batches} batches of "
         f"{config.train.batch_size} x {config.data.seq_len} teacher-forced (the copy baseline: once), "
-        f"the first {trials[0][0]['gen_BG'].shape[0]} of each continued for {trials[0][0]['gen_BG'].shape[1]}")
+        f"the first {trials[0]['gen_JBG'].shape[1]} of each continued for {trials[0]['gen_JBG'].shape[2]}")
   text_s = rouge_score_seconds(config, trials[0], args.sample, args.trials)
   ids_s = median_seconds(lambda: score_cell(config, trials), args.repeats)
   print(f"one evaluation: ids {ids_s:.2f} s (the evaluator's, median of {args.repeats}; target <= 1 s), "

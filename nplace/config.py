@@ -66,6 +66,9 @@ class ModelConfig(Section):
   vocab_size: int = key(50257, "tokens in the vocabulary (rows of the tied embedding)")
   max_len: int = key(1024, "rows of the learned position table; longest sequence the model accepts")
   n_layer: int = key(12, "number of blocks (scanned)")
+  scan_unroll: int = key(1, "blocks per iteration of the layer scan's loop (nn.scan's unroll): 1 = a rolled loop, "
+                         ">= n_layer = straight-line code; the parameters stay stacked on `layers` either way, so "
+                         "a checkpoint loads under any value")
   n_head: int = key(12, "attention heads; d_model must divide by it")
   d_model: int = key(768, "width of the residual stream")
   d_ff: int | None = key(None, "MLP hidden width; None = 4 * d_model")
@@ -161,8 +164,8 @@ class EvalConfig(Section):
                     "baseline and of the generated continuations (a text source's decoded text through rouge-score, "
                     "pure Python: off for speed; the synthetic source's ids, vectorised)")
   generate: int = key(4, "validation sequences per eval batch (its first N) given a greedy continuation of their "
-                      "first half, scored against the second half (ROUGE, BERTScore); seq_len/2 forwards of N "
-                      "sequences per batch; 0 = off")
+                      "first half, scored against the second half (ROUGE, BERTScore); decoded with a KV cache, "
+                      "every batch's N in one loop of seq_len/2 steps; 0 = off")
   bertscore_model: str | None = key(None, "local model directory for BERTScore; None = off")
   bertscore_layers: int | None = key(None, "its layer to score with; None = the last")
 
@@ -315,7 +318,7 @@ def _choices(config) -> None:
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first bad value. Cheap: builds nothing."""
   m = config.model
-  for key in ("vocab_size", "max_len", "n_layer", "n_head", "d_model"):
+  for key in ("vocab_size", "max_len", "n_layer", "scan_unroll", "n_head", "d_model"):
     _positive(f"model.{key}", m[key])
   if m.d_ff is not None:
     _positive("model.d_ff", m.d_ff)

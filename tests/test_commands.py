@@ -42,6 +42,7 @@ def run_main(capsys, *argv):
     ("--config.model.loss_chunks=5", "model.loss_chunks"),
     ("--config.model.head_vocab_multiple=0", "model.head_vocab_multiple"),
     ("--config.model.n_layer=0", "model.n_layer"),
+    ("--config.model.scan_unroll=0", "model.scan_unroll"),
     ("--config.model.d_model=-8", "model.d_model"),
     ("--config.model.vocab_size=0", "model.vocab_size"),
     ("--config.model.d_ff=0", "model.d_ff"),

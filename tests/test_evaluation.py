@@ -1,7 +1,7 @@
 """What the eval's text scores tell apart, on models made to differ: an untrained one, one that
-copies its input and the synthetic language's own rule; `nplace eval` on a tiny trained run: the
-same numbers training logged, from the checkpoint's own config; per-step checkpoints; bad input
-in one line."""
+copies its input and the synthetic language's own rule; the KV cache's continuations against a
+full forward per token; `nplace eval` on a tiny trained run: the same numbers training logged,
+from the checkpoint's own config; per-step checkpoints; bad input in one line."""
 import json
 import math
 import os
@@ -16,11 +16,14 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from nplace.commands import main
+from nplace.config import ModelConfig
 from nplace.data import prepare, synthetic
 from nplace.logs import events
+from nplace.model import decoder
 from nplace.train import evaluation, steps
 from nplace.train.loop import train
 from nplace.train.summary import Summary
+from test_model import random_params
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 
@@ -108,6 +111,29 @@ def test_the_language_itself_beats_both_on_generated_rouge_but_not_teacher_force
   assert language["gen_rouge1"] > max(scored["untrained"]["gen_rouge1"], scored["copy"]["gen_rouge1"])
   # what the copy baseline is there for: teacher-forced ROUGE ranks copying above knowing the language
   assert language["teacher_forced_rougeL"] < scored["copy"]["teacher_forced_rougeL"]
+
+
+@pytest.mark.parametrize("model", [
+    {"placement": "post"}, {"placement": "pre", "attention": "centered", "qk_norm": True},
+    {"placement": "peri", "embed_norm": True, "norm": "dyt", "mlp": "swiglu"},
+    {"placement": "hybrid", "attention_impl": "xla"},
+    {"placement": "mix", "n_layer": 3, "mix_post_fraction": 0.5, "remat": "full", "dtype": "bfloat16"}])
+def test_the_kv_cache_generates_the_tokens_of_a_full_forward_per_token(make_config, model):
+  """The eval step's continuations, decoder.generate's (a KV cache, both batches' rows in one
+  loop), are those of a full forward per new token (steps.greedy_continuation: the decoding
+  before the cache, which hand-made models still use). Beside the placements, the options that
+  reach attention: the prefix average's row (centered), cached keys normed (qk_norm, hybrid's
+  q, k, v), the einsum path (xla, centered) against the CPU's fused one (causal halves), DyT,
+  mix's per-layer lax.cond under remat, bfloat16."""
+  c = make_config(**model)
+  cfg = ModelConfig.of(c.model)
+  params = random_params(cfg, jax.random.key(0))
+  batches_JBT1 = jax.random.randint(jax.random.key(1), (2, 4, c.data.seq_len + 1), 0, cfg.vocab_size)
+  full_forward = lambda params, tokens_BT, dt: decoder.apply(cfg, params, tokens_BT, dt=dt)
+  cached, reference = (jax.jit(steps.make_eval_step(c, forward))(params, batches_JBT1)
+                       for forward in (None, full_forward))
+  assert cached["gen_JBG"].shape == (2, c.eval.generate, c.data.seq_len - steps.prompt_length(c.data.seq_len))
+  np.testing.assert_array_equal(cached["gen_JBG"], reference["gen_JBG"])
 
 
 def test_training_summary_holds_the_eval_numbers(run):

@@ -10,6 +10,8 @@ import pytest
 from nplace.config import ModelConfig
 from nplace.model import decoder
 from nplace.model.block import Block
+from nplace.probes import gradients
+from nplace.probes import taps as taps_lib
 from nplace.studies.lab.checks import scale_outputs
 import reference
 
@@ -75,6 +77,24 @@ def test_decoder_equals_formula(make_config, placement, embed_norm, remat, embed
   tokens = jax.random.randint(jax.random.key(5), (2, 11), 0, cfg.vocab_size)
   np.testing.assert_allclose(decoder.apply(cfg, params, tokens), reference.decoder(params, tokens, cfg),
                              rtol=1e-4, atol=1e-4)
+
+
+def test_unrolled_layers_keep_the_parameters_and_the_bits(make_config):
+  """model.scan_unroll changes how the layer loop is compiled, not what it computes: the same
+  parameter tree (a checkpoint loads either way), the same loss and gradients to the bit, and the
+  same probe taps and sown intermediates (the probes perturb and sow inside the scan). Mix's
+  per-layer lax.cond (layer 1 post, 2 and 3 pre) under remat, unrolled 2 of 3: a remainder
+  iteration. Run op by op: inside one jit of the whole step XLA compiles straight-line layers
+  otherwise than a loop body (fusion, FMA contraction), which moves last bits (BUILD_NOTES)."""
+  scanned, unrolled = (ModelConfig.of(make_config(placement="mix", n_layer=3, mix_post_fraction=0.5, remat="full",
+                                                  scan_unroll=n).model) for n in (1, 2))
+  key = jax.random.key(18)
+  params = random_params(scanned, key, std=0.2)
+  batch = jax.random.randint(jax.random.key(19), (2, 13), 0, scanned.vocab_size)
+  taps = taps_lib.zero_taps(scanned, batch[:, :-1])
+  got, want = ((decoder.init(cfg, key), jax.value_and_grad(functools.partial(decoder.loss, cfg))(params, batch),
+                gradients.backward(cfg, params, batch, taps)) for cfg in (unrolled, scanned))
+  jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
 @pytest.mark.parametrize("chunks,multiple,dtype", [

@@ -90,21 +90,22 @@ def test_the_evaluator_scores_synthetic_rows_as_rouge_score_scores_their_decoded
   evaluator = evaluation.Evaluator(c, eval_step=None, put_batch=None, local_batch=16, active=True)
   assert evaluator.rouge is rouge_ids.rouge and evaluator.decoding
   rng = np.random.default_rng(2)
-  outs = []
+  batches = []
   for vocab in (8, 256, 50257):
-    window = rng.integers(0, vocab, (16, 65)).astype(np.uint16)
+    window = rng.integers(0, vocab, (16, 65)).astype(np.int32)
     pred_BT = np.where(rng.random((16, 64)) < 0.7, window[:, :-1], rng.integers(0, vocab, (16, 64)))
-    outs.append({"loss_B": rng.random(16), "input_BT": window[:, :-1], "target_BT": window[:, 1:],
-                 "pred_BT": pred_BT.astype(np.int32), "gen_BG": rng.choice(window[0], (4, 32)).astype(np.int32)})
-  got = evaluator.results(outs)
+    batches.append({"loss_JB": rng.random(16), "input_JBT": window[:, :-1], "target_JBT": window[:, 1:],
+                    "pred_JBT": pred_BT.astype(np.int32), "gen_JBG": rng.choice(window[0], (4, 32)).astype(np.int32)})
+  out = {key: np.stack([b[key] for b in batches]) for key in batches[0]}  # the eval step's [J, ...]
+  got = evaluator.results(out)
 
   decode, _ = scores.text_decoder(c.data)
 
   def texts(key, rows=16, columns=slice(None)):
-    return [decode(row[columns]) for o in outs for row in o[key][:rows]]
+    return [decode(row[columns]) for batch in out[key] for row in batch[:rows]]
 
-  expected = {"teacher_forced_": scores.rouge(texts("pred_BT"), texts("target_BT")),
-              "copy_": scores.rouge(texts("input_BT"), texts("target_BT")),
-              "gen_": scores.rouge(texts("gen_BG"), texts("input_BT", rows=4, columns=slice(-32, None)))}
+  expected = {"teacher_forced_": scores.rouge(texts("pred_JBT"), texts("target_JBT")),
+              "copy_": scores.rouge(texts("input_JBT"), texts("target_JBT")),
+              "gen_": scores.rouge(texts("gen_JBG"), texts("input_JBT", rows=4, columns=slice(-32, None)))}
   assert {prefix + kind: value for prefix, by_kind in expected.items() for kind, value in by_kind.items()} == \
       {name: value for name, value in got.items() if "rouge" in name}

@@ -18,6 +18,7 @@ letter has one meaning across the package:
   E  independent estimates stacked (Hutchinson probe vectors, power iterations)
   R  recorded probe steps of a run     Y  a probe's values at one step (its layers or sites)
   X  any leading axes                  T1 T + 1 positions: a window of inputs and their targets
+  J  an evaluation's validation batches, stacked
 The synthetic language (nplace/data/synthetic.py): Z its contexts (the chain's state), M the
 successors of a context, U a token's candidate successors, G chains generated side by side,
 Q the group histories of a context, A the slots of a context's sampling table.

@@ -11,7 +11,7 @@ from nplace.placements import AFTER, BEFORE, IN, OUT, PLACEMENTS, POST, Sublayer
 from nplace.runtime.sharding import constrain
 
 
-def _sublayer(mdl, h_BTD, l, dt, branch: str, form: Sublayer):
+def _sublayer(mdl, h_BTD, l, dt, position, branch: str, form: Sublayer):
   """One sublayer of the formula above; submodules named so both forms of mix share them."""
   cfg = mdl.cfg
   p, L = PLACEMENTS[cfg.placement], cfg.n_layer
@@ -24,7 +24,8 @@ def _sublayer(mdl, h_BTD, l, dt, branch: str, form: Sublayer):
   else:
     F = Mlp(cfg, gain=beta, depth_scaled=p.depth_scaled_init, name=branch)
   h_BTD = norm[BEFORE](h_BTD)
-  y_BTD = norm[OUT](F(norm[IN](h_BTD) * jnp.asarray(p.in_scale(l, L), h_BTD.dtype)))
+  x_BTD = norm[IN](h_BTD) * jnp.asarray(p.in_scale(l, L), h_BTD.dtype)
+  y_BTD = norm[OUT](F(x_BTD, position) if branch == "attn" else F(x_BTD))
   if p.rezero:
     y_BTD = y_BTD * mdl.param(f"{branch}_alpha", nn.with_logical_partitioning(nn.initializers.zeros_init(), ()), ())
   dt = cfg.dt if dt is None else dt.astype(h_BTD.dtype)
@@ -34,20 +35,20 @@ def _sublayer(mdl, h_BTD, l, dt, branch: str, form: Sublayer):
 class Block(nn.Module):
   """One layer, l = 1..L (a scanned input): attention then MLP, as the placement declares. `dt`,
   when given, is the residual step as an array (batched trials each train their own);
-  otherwise cfg.dt."""
+  otherwise cfg.dt. `position`: decoding with the KV cache (see Attention)."""
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, h_BTD, l, dt=None):
+  def __call__(self, h_BTD, l, dt=None, position=None):
     p = PLACEMENTS[self.cfg.placement]
     h_BTD = constrain(h_BTD, RESIDUAL)
     for branch in ("attn", "mlp"):
       form = getattr(p, branch)
       if p.post_layers is None:
-        h_BTD = _sublayer(self, h_BTD, l, dt, branch, form)
+        h_BTD = _sublayer(self, h_BTD, l, dt, position, branch, form)
       else:  # one stack, a per-layer switch (lax.cond: only the taken form runs)
         post, rest = (functools.partial(_sublayer, branch=branch, form=f) for f in (POST, form))
-        h_BTD = nn.cond(l <= p.post_layers(self.cfg), post, rest, self, h_BTD, l, dt)
+        h_BTD = nn.cond(l <= p.post_layers(self.cfg), post, rest, self, h_BTD, l, dt, position)
     h_BTD = self.perturb("h", constrain(h_BTD, RESIDUAL))
     self.sow("intermediates", "h", h_BTD)
     return h_BTD, None

@@ -28,9 +28,13 @@ def _scanned_blocks(cfg):
     block = nn.remat(Block, policy=REMAT_POLICIES[cfg.remat], prevent_cse=False)
   return nn.scan(
       block,
-      variable_axes={"params": 0, "perturbations": 0, "intermediates": 0},
+      variable_axes={"params": 0, "perturbations": 0, "intermediates": 0, "cache": 0},
       split_rngs={"params": True},
+      in_axes=(0, 0, nn.broadcast),  # the layer index, dt per layer, the decoding position
       length=cfg.n_layer,
+      # the parameter tree is the same either way; on a GPU the rolled loop's per-layer
+      # slicing and stacking copies cost ~10% of the 124M step (issue 58)
+      unroll=cfg.scan_unroll,
       metadata_params={nn.PARTITION_NAME: "layers"},
   )
 
@@ -40,9 +44,10 @@ class Decoder(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens_BT, head=True, dt=None):
+  def __call__(self, tokens_BT, head=True, dt=None, position=None):
     """Logits [B, T, vocab] in float32; with head=False the hidden state the head reads. `dt`:
-    the residual step as a scalar array (see Block), else cfg.dt."""
+    the residual step as a scalar array (see Block), else cfg.dt. `position`: the tokens
+    start there, attending to the KV cache (`generate`)."""
     cfg = self.cfg
     embed_init = nn.initializers.normal(embed_std(cfg))
     wte = nn.Embed(cfg.vocab_size, cfg.d_model, name="wte", dtype=cfg.dtype,
@@ -50,14 +55,16 @@ class Decoder(nn.Module):
     wpe = nn.Embed(cfg.max_len, cfg.d_model, name="wpe",
                    embedding_init=nn.with_logical_partitioning(embed_init, ("position", "embed")))
     T = tokens_BT.shape[1]
-    h_BTD = constrain((wte(tokens_BT) * cfg.embed_scale + wpe(jnp.arange(T))[None]).astype(cfg.dtype), RESIDUAL)
+    tokens_BTD = wte(tokens_BT) * cfg.embed_scale
+    positions_T = jnp.arange(T) if position is None else position + jnp.arange(T)
+    h_BTD = constrain((tokens_BTD + wpe(positions_T)[None]).astype(cfg.dtype), RESIDUAL)
     if cfg.embed_norm:
       h_BTD = Norm(cfg, name="embed_norm")(h_BTD)
     h_BTD = self.perturb("h0", h_BTD)
     self.sow("intermediates", "h0", h_BTD)  # the probes' layer 0 (per-block Jacobians start here)
     # The layer index l = 1..L is a scanned input: layer-dependent rules (lns, mix) read it.
     dt_L = None if dt is None else jnp.broadcast_to(dt, (cfg.n_layer,))
-    h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, jnp.arange(1, cfg.n_layer + 1), dt_L)
+    h_BTD, _ = _scanned_blocks(cfg)(cfg, name="blocks")(h_BTD, jnp.arange(1, cfg.n_layer + 1), dt_L, position)
     if PLACEMENTS[cfg.placement].final_norm:
       h_BTD = Norm(cfg, name="final_norm")(h_BTD)
     return lm_head(cfg, head_table(cfg, wte.embedding), h_BTD) if head else h_BTD
@@ -110,6 +117,44 @@ def apply(cfg, params, tokens_BT, **kwargs):
   """Logits [B, T, vocab] in float32. kwargs go to `Module.apply` (mutable=, ...)."""
   variables = {"params": params, **kwargs.pop("extra_variables", {})}
   return Decoder(cfg).apply(variables, tokens_BT, **kwargs)
+
+
+# Positions a decode step runs: the last token and the empty slot after it. With one, every
+# product has a single row, which XLA's CPU backend computes with its matrix-vector kernels,
+# summing in another order than the full forward's matrix-matrix products.
+DECODE_BLOCK = 2
+
+
+def generate(cfg, params, tokens_BT, prompt: int, dt=None):
+  """The greedy (argmax) continuation [B, T - prompt] of each row's first `prompt` tokens, to
+  the rows' length T, with a KV cache: a forward over the [B, T] buffer (the prompt, zeros
+  after it) fills the cache and gives the first token; each later step runs DECODE_BLOCK
+  positions from the last token on, attending to the cached keys and values, and appends the
+  argmax of the first. A lax loop, one program whatever T. Its tokens are those of
+  nplace.train.steps.greedy_continuation (a full forward per token) on the tested configs; its
+  logits can differ in the last bits, a CPU product's rounding depending on its number of rows
+  (tests/test_evaluation.py, BUILD_NOTES)."""
+  T = tokens_BT.shape[1]
+  buffer_BT = jnp.where(jnp.arange(T) < prompt, tokens_BT, 0)
+  # The first token from this forward, as greedy_continuation's first, not from a step: on the
+  # CPU the full forward's last prompt position is in the first of its causal halves, whose
+  # softmax sums over `prompt` keys, a step's over T. The head reads only that position's block
+  # ([rows, T, vocab] float32 logits would be the eval's largest array). The cached keys and
+  # values from `prompt` on (of the zeros) are each rewritten by a step before a query reads them.
+  h_BTD, variables = apply(cfg, params, buffer_BT, head=False, dt=dt, mutable=["cache"])
+  last_BTD = jax.lax.slice_in_dim(h_BTD, prompt - 1, prompt - 1 + DECODE_BLOCK, axis=1)
+  first_B = lm_head(cfg, head_table(cfg, params["wte"]["embedding"]), last_BTD)[:, 0].argmax(-1)
+  buffer_BT = buffer_BT.at[:, prompt].set(first_B.astype(buffer_BT.dtype))
+
+  def write_next(t, carry):
+    buffer_BT, cache = carry
+    last_BT = jax.lax.dynamic_slice_in_dim(buffer_BT, t - 1, DECODE_BLOCK, axis=1)
+    logits_BTV, variables = apply(cfg, params, last_BT, dt=dt, position=t - 1, extra_variables={"cache": cache},
+                                  mutable=["cache"])
+    return buffer_BT.at[:, t].set(logits_BTV[:, 0].argmax(-1).astype(buffer_BT.dtype)), variables["cache"]
+
+  buffer_BT, _ = jax.lax.fori_loop(prompt + 1, T, write_next, (buffer_BT, variables["cache"]))
+  return buffer_BT[:, prompt:]
 
 
 def cross_entropy(logits_BTV, targets_BT):

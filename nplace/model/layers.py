@@ -79,14 +79,19 @@ class Attention(nn.Module):
   """Multi-head causal self-attention; `centered` subtracts the prefix average. `qkv_norms`:
   per-head norms on those projections; `gain` multiplies the init of v and o, and
   model.attn_out_scale that of o; `depth_scaled`: o takes gpt2's 1/sqrt(2L). `attention_impl`
-  picks the einsum path or the fused one (nplace/model/fused_attention.py)."""
+  picks the einsum path or the fused one (nplace/model/fused_attention.py).
+
+  KV cache (decoding, the `cache` collection mutable): without `position`, a prefill, which
+  stores the keys and values of all its S positions and attends as usual; with `position`,
+  x holds the tokens from that position on, whose keys and values are written into the cache
+  and whose queries attend to all S cached ones, later positions masked."""
   cfg: ModelConfig
   qkv_norms: tuple[str, ...] = ()
   gain: float = 1.0
   depth_scaled: bool = True
 
   @nn.compact
-  def __call__(self, x_BTD):
+  def __call__(self, x_BTD, position=None):
     cfg = self.cfg
     H, K, D = cfg.n_head, cfg.d_model // cfg.n_head, cfg.d_model
 
@@ -102,7 +107,13 @@ class Attention(nn.Module):
       return Norm(cfg, name=f"{name}_norm")(x_BTHK) if name in self.qkv_norms else x_BTHK
 
     q_BTHK, k_BSHK, v_BSHK = (project_and_norm(n) for n in ("q", "k", "v"))
-    if fused_attention.enabled(cfg):
+    if self.is_mutable_collection("cache") and not self.is_initializing():  # init makes params, not a cache
+      k_BSHK, v_BSHK = self._cached(k_BSHK, v_BSHK, position)
+    if position is not None:
+      # the einsum path at any attention_impl: the kernels take no query offset. On the CPU the
+      # fused path's causal halves give a query in the second half the same S keys and mask
+      out_BTHK = self._probabilities_times_values(q_BTHK, k_BSHK, v_BSHK, position)
+    elif fused_attention.enabled(cfg):
       out_BTHK = constrain(fused_attention.attend(q_BTHK, k_BSHK, v_BSHK, HEADS), HEADS)
     else:
       out_BTHK = self._probabilities_times_values(q_BTHK, k_BSHK, v_BSHK)
@@ -113,12 +124,27 @@ class Attention(nn.Module):
         bias_init=nn.with_logical_partitioning(_ZEROS, ("embed",)))(out_BTHK)
     return constrain(out_BTD, RESIDUAL)
 
-  def _probabilities_times_values(self, q_BTHK, k_BSHK, v_BSHK):
-    """The einsum path: the probabilities are materialised and sown (the probes read them)."""
-    probs_BHTS = constrain(fused_attention.causal_probabilities(q_BTHK, k_BSHK), ("batch", "act_heads", "length", None))
+  def _cached(self, k_BSHK, v_BSHK, position):
+    """The cache's keys and values [B, S, H, K]: a prefill's own; a decode step's written at
+    `position` (the prefill's rows from there on are overwritten before any query sees them)."""
+    cached_k = self.variable("cache", "cached_k", lambda: k_BSHK)
+    cached_v = self.variable("cache", "cached_v", lambda: v_BSHK)
+    if position is not None:
+      cached_k.value = jax.lax.dynamic_update_slice_in_dim(cached_k.value, k_BSHK, position, axis=1)
+      cached_v.value = jax.lax.dynamic_update_slice_in_dim(cached_v.value, v_BSHK, position, axis=1)
+    return cached_k.value, cached_v.value
+
+  def _probabilities_times_values(self, q_BTHK, k_BSHK, v_BSHK, position=None):
+    """The einsum path: the probabilities are materialised and sown (the probes read them).
+    `position`: the queries' first position (decoding), else 0 with S = T."""
+    first = 0 if position is None else position
+    probs_BHTS = constrain(fused_attention.causal_probabilities(q_BTHK, k_BSHK, first),
+                           ("batch", "act_heads", "length", None))
     self.sow("intermediates", "probs", probs_BHTS)
     if self.cfg.attention == "centered":
-      probs_BHTS = probs_BHTS - cesaro(q_BTHK.shape[1])
+      C_TS = cesaro(k_BSHK.shape[1])
+      probs_BHTS = probs_BHTS - (C_TS if position is None else
+                                 jax.lax.dynamic_slice_in_dim(C_TS, position, q_BTHK.shape[1]))
     return constrain(jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(self.cfg.dtype), v_BSHK), HEADS)
 
 

@@ -184,11 +184,13 @@ def check_batch(sizes, config) -> None:
                       f"(mesh {dict(sizes)})")
 
 
-def batch_sharding(mesh: Mesh, mesh_config, trials: bool = False) -> NamedSharding:
+def batch_sharding(mesh: Mesh, mesh_config, trials: bool = False, stacked: bool = False) -> NamedSharding:
   """Batch rows split over the `batch` rule's mesh axes, sequence replicated; with `trials`,
-  a cell's batches stacked on a leading axis over the `trial` axis."""
+  a cell's batches stacked on a leading axis over the `trial` axis; `stacked`, an
+  evaluation's batches on a leading axis, whole on every device."""
   batch_axes = dict(rules(mesh_config)).get("batch")
-  return NamedSharding(mesh, PartitionSpec(*((TRIAL,) if trials else ()), batch_axes, None))
+  lead = (TRIAL,) if trials else (None,) if stacked else ()
+  return NamedSharding(mesh, PartitionSpec(*lead, batch_axes, None))
 
 
 def trial_sharding(mesh: Mesh) -> NamedSharding:

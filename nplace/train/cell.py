@@ -86,7 +86,7 @@ class Cell:
     self.state_shardings = train_state.shardings(self.config, self.mesh, K)  # ConfigError on an uneven split
     self.run_shardings = train_state.shardings(self.config, self.run_mesh) if self.stacked else self.state_shardings
     self.batch_sharding = sharding.batch_sharding(self.mesh, self.config.mesh, trials=self.stacked)
-    self.eval_batch_sharding = sharding.batch_sharding(self.mesh, self.config.mesh)
+    self.eval_batch_sharding = sharding.batch_sharding(self.mesh, self.config.mesh, stacked=True)
     self.local_batch = self.config.train.batch_size // jax.process_count()
     self._rows = [None] * len(runs)  # each run's last batch rows (a stopped run is fed them again)
     if self.stacked:
@@ -131,7 +131,7 @@ class Cell:
     self._train_step, eval_step = steps.compile_steps(self.config, self.mesh, self.state_shardings,
                                                       self.varying if self.stacked else None)
     # a cell's runs each evaluated at their own hyperparameters (model.dt changes the forward pass)
-    self.eval_step = (lambda params, batch: eval_step(params, batch, self.hyper)) if self.stacked else eval_step
+    self.eval_step = (lambda params, batches: eval_step(params, batches, self.hyper)) if self.stacked else eval_step
 
   def next_batch(self):
     """The step's global batch: each running run's next rows (stacked for a cell)."""
@@ -162,8 +162,8 @@ class Cell:
     """Every run's evaluation: one pass over the validation batches for the whole cell."""
     if not self.stacked:
       return [evaluator(params)]
-    outs = evaluator.outputs(params)
-    return [evaluator.results([{k: v[i] for k, v in o.items()} for o in outs]) for i in range(self.trials)]
+    out = evaluator.outputs(params)
+    return [evaluator.results({k: v[i] for k, v in out.items()}) for i in range(self.trials)]
 
   @functools.cached_property
   def names(self) -> str:

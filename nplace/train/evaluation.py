@@ -8,6 +8,7 @@ loss, perplexity both ways and, scored with ROUGE-1/2/L and (when configured) BE
   model that only copies (ROUGE only: the baseline the teacher-forced numbers must beat);
 - `gen_*`: greedy continuations of each sequence's first half against its second half
   (eval.generate; `decoding` says how), where copying earns nothing.
+One eval step call per evaluation, on all its batches: their continuations decode together.
 """
 import jax
 import numpy as np
@@ -48,31 +49,32 @@ class Evaluator:
   def __call__(self, params) -> dict:
     return self.results(self.outputs(params))
 
-  def outputs(self, params) -> list[dict]:
-    """The eval step's outputs (on the host) for each validation batch."""
+  def outputs(self, params) -> dict:
+    """The eval step's outputs (on the host), [J, ...] each: the validation batches in one call,
+    so that their continuations are decoded in one loop."""
     val = loader.make_iterator(self.config.data, "val", self.local_batch, seed=self.config.seed, shuffle=False)
-    return [jax.device_get(self.eval_step(params, self.put_batch(next(val))))
-            for _ in range(self.config.train.eval_batches)]
+    batches_JBT1 = np.stack([next(val) for _ in range(self.config.train.eval_batches)])
+    return jax.device_get(self.eval_step(params, self.put_batch(batches_JBT1)))
 
-  def results(self, outs) -> dict:
+  def results(self, out) -> dict:
     """name -> value from one run's outputs."""
-    loss_B = np.concatenate([o["loss_B"] for o in outs])
+    loss_B = out["loss_JB"].reshape(-1)
     results = {"loss": float(loss_B.mean()), **scores.perplexities(loss_B)}
     if not (self.active and self.scored):
       return results
 
     def rows(key, count=None):
-      return np.concatenate([o[key][:count] for o in outs])
+      return np.concatenate(list(out[key][:, :count]))
 
-    target_NT = rows("target_BT")
-    results |= self.text_scores("teacher_forced_", rows("pred_BT"), target_NT)
+    target_NT = rows("target_JBT")
+    results |= self.text_scores("teacher_forced_", rows("pred_JBT"), target_NT)
     if self.rouge_text:
       if self._copy is None:
-        self._copy = {f"copy_{k}": v for k, v in self.rouge(rows("input_BT"), target_NT).items()}
+        self._copy = {f"copy_{k}": v for k, v in self.rouge(rows("input_JBT"), target_NT).items()}
       results |= self._copy
     if self.decoding:
-      generating, generated = outs[0]["gen_BG"].shape  # the batches' first rows (eval.generate)
-      results |= self.text_scores("gen_", rows("gen_BG"), rows("input_BT", generating)[:, -generated:])
+      _, generating, generated = out["gen_JBG"].shape  # the batches' first rows (eval.generate)
+      results |= self.text_scores("gen_", rows("gen_JBG"), rows("input_JBT", generating)[:, -generated:])
     return results
 
   def text_scores(self, prefix: str, predictions_NL, targets_NL) -> dict:

@@ -90,10 +90,11 @@ def prompt_length(seq_len: int) -> int:
 
 def greedy_continuation(logits_fn, tokens_BT, prompt: int):
   """The greedy (argmax) continuation [B, T - prompt] of each row's first `prompt` tokens, to
-  the rows' length T. The model has no KV cache: each new token is a full forward over a fixed
-  [B, T] buffer (causal, so the slots not yet written do not reach position t - 1's logits),
-  T - prompt forwards in a lax loop, one program whatever T. Cheap at the CPU grids' sizes; at
-  seq_len 1024 it is hundreds of forwards per eval batch (eval.generate bounds the rows; 0 = off)."""
+  the rows' length T, with no KV cache: each new token is a full forward over a fixed [B, T]
+  buffer (causal, so the slots not yet written do not reach position t - 1's logits), T -
+  prompt forwards in a lax loop. For models given as a logits function (the tests' hand-made
+  ones); the decoder's own is `decoder.generate`, which caches keys and values and gives the
+  same tokens (tests/test_evaluation.py)."""
   T = tokens_BT.shape[1]
 
   def write_next(t, buffer_BT):
@@ -105,27 +106,39 @@ def greedy_continuation(logits_fn, tokens_BT, prompt: int):
 
 
 def make_eval_step(config, forward=None):
-  """eval(params, batch, hyper={}) -> per-sequence token-mean losses `loss_B`, the inputs
-  `input_BT`, the teacher-forced argmax predictions `pred_BT` and their targets `target_BT`,
-  and (when `generates(config)`) the greedy continuations `gen_BG` of the inputs' first halves
-  (see nplace/train/evaluation.py). `hyper` as the train step's: a cell's run is evaluated, and
+  """eval(params, batches, hyper={}) over an evaluation's validation batches stacked [J, B,
+  T+1] -> per-sequence token-mean losses `loss_JB`, the inputs `input_JBT`, the
+  teacher-forced argmax predictions `pred_JBT` and their targets `target_JBT`, a batch at a
+  time; and (when `generates(config)`) the greedy continuations `gen_JBG` of the first
+  eval.generate inputs' first halves of every batch, all decoded in one loop (see
+  nplace/train/evaluation.py). `hyper` as the train step's: a cell's run is evaluated, and
   generates, at its own `model.dt`. `forward(params, tokens_BT, dt) -> logits_BTV` stands in
-  for the model (tests score hand-made ones)."""
+  for the model (tests score hand-made ones; they generate without a KV cache)."""
   cfg = ModelConfig.of(config.model)
-  forward = forward or (lambda params, tokens_BT, dt: decoder.apply(cfg, params, tokens_BT, dt=dt))
+  logits_fn = forward or (lambda params, tokens_BT, dt: decoder.apply(cfg, params, tokens_BT, dt=dt))
   generate = generates(config)
 
-  def evaluate(params, batch_BT1, hyper=None):
+  def evaluate(params, batches_JBT1, hyper=None):
     dt = (hyper or {}).get("model.dt")
-    input_BT, target_BT = batch_BT1[:, :-1], batch_BT1[:, 1:]
-    logits_BTV = forward(params, input_BT, dt)
-    loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, target_BT).mean(-1)
-    out = {"loss_B": loss_B, "input_BT": input_BT, "pred_BT": logits_BTV.argmax(-1).astype(jnp.int32),
-           "target_BT": target_BT}
+
+    def one_batch(batch_BT1):
+      input_BT, target_BT = batch_BT1[:, :-1], batch_BT1[:, 1:]
+      logits_BTV = logits_fn(params, input_BT, dt)
+      loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, target_BT).mean(-1)
+      return {"loss_JB": loss_B, "input_JBT": input_BT, "pred_JBT": logits_BTV.argmax(-1).astype(jnp.int32),
+              "target_JBT": target_BT}
+
+    out = jax.lax.map(one_batch, batches_JBT1)
     if generate:
-      # the first rows only: each generated token is a forward, and a few sequences a batch show it
-      out["gen_BG"] = greedy_continuation(lambda tokens_BT: forward(params, tokens_BT, dt),
-                                          input_BT[:config.eval.generate], prompt_length(input_BT.shape[1]))
+      # the first rows only: a few sequences a batch show it
+      prompts_JBT = out["input_JBT"][:, :config.eval.generate]
+      J, B, T = prompts_JBT.shape
+      prompts_BT, prompt = prompts_JBT.reshape(J * B, T), prompt_length(T)
+      if forward is None:
+        gen_BG = decoder.generate(cfg, params, prompts_BT, prompt, dt)
+      else:
+        gen_BG = greedy_continuation(lambda tokens_BT: forward(params, tokens_BT, dt), prompts_BT, prompt)
+      out["gen_JBG"] = gen_BG.reshape(J, B, T - prompt)
     return out
 
   return evaluate
@@ -135,15 +148,16 @@ def compile_steps(config, mesh, state_shardings, varying=None):
   """The train and eval steps, jitted with explicit shardings (the state is donated) and
   traced under the mesh's activation layout. With `varying` (a cell: `mesh` has a `trial`
   axis, the state is stacked on it), the cell's steps: train(state_K, batch_KBT1, hyper,
-  active_K); eval(params_K, batch_BT1, hyper), every run on the same validation batch at its
-  own values of `varying`."""
+  active_K); eval(params_K, batches_JBT1, hyper), every run on the same validation batches at
+  its own values of `varying`."""
   batch = sharding.batch_sharding(mesh, config.mesh)
+  eval_batches = sharding.batch_sharding(mesh, config.mesh, stacked=True)
   rep = sharding.replicated(mesh)
   options = cpu_split.compiler_options(mesh)
   if varying is None:
     train_step = jax.jit(make_train_step(config), in_shardings=(state_shardings, batch),
                          out_shardings=(state_shardings, rep), donate_argnums=0, compiler_options=options)
-    eval_step = jax.jit(make_eval_step(config), in_shardings=(state_shardings["params"], batch),
+    eval_step = jax.jit(make_eval_step(config), in_shardings=(state_shardings["params"], eval_batches),
                         out_shardings=rep, compiler_options=options)
   else:
     trials = sharding.trial_sharding(mesh)
@@ -153,7 +167,7 @@ def compile_steps(config, mesh, state_shardings, varying=None):
                          out_shardings=(state_shardings, trials), donate_argnums=0, compiler_options=options)
     eval_step = jax.jit(jax.vmap(make_eval_step(config), in_axes=(0, None, {key: 0 for key in varying}),
                                  spmd_axis_name="trial"),
-                        in_shardings=(state_shardings["params"], batch, trials), out_shardings=trials,
+                        in_shardings=(state_shardings["params"], eval_batches, trials), out_shardings=trials,
                         compiler_options=options)
   return (sharding.under_layout(train_step, mesh, config.mesh),
           sharding.under_layout(eval_step, mesh, config.mesh))
