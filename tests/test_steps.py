@@ -67,3 +67,32 @@ def test_non_finite_step_leaves_params_and_optimizer_state():
     np.testing.assert_array_equal(a, b)
   np.testing.assert_array_equal(after["params"]["blocks"]["attn"]["q"]["kernel"],
                                 before["params"]["blocks"]["attn"]["q"]["kernel"])
+
+
+# Study A's cpu grid's train step on fixed batches: the same bits at 56b0cfa (protocols 2 and 3's
+# code) and after issue 58's model changes (a5f1644). Every change to the step must leave the study
+# configs' losses and gradients bit-equal (filed trials are rerun and extended), or be an option off
+# by default. At the suite's -O0.
+STUDY_STEPS = {  # placement -> (loss, gradient norm) of 3 steps, as float.hex
+    "pre": (["0x1.8faf000000000p+2", "0x1.8e1d900000000p+2", "0x1.893c1a0000000p+2"],
+            ["0x1.db694e0000000p-1", "0x1.7b8ac40000000p-1", "0x1.6442360000000p-2"]),
+    "peri": (["0x1.8fa7000000000p+2", "0x1.8f9df60000000p+2", "0x1.8aaf400000000p+2"],
+             ["0x1.32e59c0000000p+2", "0x1.54568a0000000p+2", "0x1.e246540000000p-2"]),
+}
+
+
+def test_the_study_configs_train_step_is_bit_equal_to_the_filed_trials_step():
+  from nplace.config import experiment
+  found = {}
+  for placement in STUDY_STEPS:
+    c = experiment("stability", "cpu")
+    c.model.update(n_layer=6, d_model=32, placement=placement, embed_norm=placement == "peri")
+    c.optim.lr = 0.1
+    state, step = _one_device_steps(c)
+    batches = jax.random.randint(jax.random.key(7), (3, c.train.batch_size, c.data.seq_len + 1), 0, 256)
+    losses, norms = [], []
+    for batch in batches:
+      state, metrics = step(state, batch)
+      losses.append(float(metrics["loss"]).hex()), norms.append(float(metrics["grad_norm"]).hex())
+    found[placement] = (losses, norms)
+  assert found == STUDY_STEPS
