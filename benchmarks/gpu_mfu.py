@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_mfu.py [--runs 124m:16:none:auto,1.5b:8:full:auto] [--dtype bfloat16]
         [--steps 10] [--peak-tflops 989] [--json OUT.jsonl] [--profile DIR]
+        [--torch compile|regional|eager]
 
 A run is SIZE:BATCH:REMAT:ATTENTION[:SECTION.KEY=VALUE...] (experiments/gpt2.py:SIZE,PLACEMENT;
 BATCH sequences of 1024 tokens; model.remat; model.attention_impl; more config fields, e.g.
@@ -14,12 +15,22 @@ peak measured here. When two runs differ only in ATTENTION their first-step loss
 printed side by side: the fused kernel must agree with the einsum path. `--profile DIR` traces
 3 steps of the first run into DIR (TensorBoard's profile plugin opens it) and prints where the
 device time went, op by op.
+
+`--torch compile` first times benchmarks/torch_gpt.py's GPT of each run's shape and placement as
+nanoGPT trains it on a GPU: torch.compile of the whole model, bf16 autocast (a bfloat16 run),
+fused AdamW, clipping (`regional`: each block compiled alone, one compile all reuse, which
+bounds a deep model's compile time; `eager`: no torch.compile), `--steps` steps three times as
+nplace's, in a child process that exits before JAX takes the device's memory; its rows print
+as they come, then nplace's table, then nplace / torch in tokens/s for each run. torch has no
+remat: it keeps every activation, whatever REMAT says; its head is the vocabulary unpadded.
 """
 import argparse
 import ast
 import collections
 import gzip
+import importlib.util
 import json
+import multiprocessing
 import pathlib
 import platform
 import time
@@ -123,6 +134,87 @@ def measure(config, steps, trace_dir=None):
   return {"compile_s": compile_s, "first_loss": first_loss, "step_s": step_s, "peak_bytes": peak_bytes}
 
 
+def _torch_worker(conn, runs, mode, steps):
+  """Each run's torch step, timed as `measure` times nplace's; a row a run back, then None."""
+  import torch
+
+  import torch_gpt
+  cuda = torch.cuda.is_available()
+  for spec, model_cfg, optim_cfg, batch_shape, dtype in runs:
+    row = {"run": spec, "contender": f"torch ({mode})"}
+    try:
+      if cuda:
+        torch.cuda.reset_peak_memory_stats()
+      start = time.perf_counter()
+      _, step = torch_gpt.make_step(model_cfg, optim_cfg, device="cuda" if cuda else "cpu",
+                                    autocast=torch.bfloat16 if dtype == "bfloat16" else None,
+                                    compile={"compile": "model", "regional": "blocks"}.get(mode))
+      batch = torch.randint(0, model_cfg["vocab_size"], batch_shape, generator=torch.Generator().manual_seed(1))
+      batch = batch.to("cuda" if cuda else "cpu")
+      row["first_loss"] = step(batch).item()  # the first call compiles
+      row["compile_s"] = time.perf_counter() - start
+
+      def run():  # .item() waits for the device: the loss is read after the last update is queued
+        for _ in range(steps):
+          loss = step(batch)
+        return loss.item()
+
+      run()  # warm
+      times = []
+      for _ in range(3):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+      row["step_s"] = sorted(times)[1] / steps
+      row["peak_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
+    except Exception as e:  # e.g. out of memory: report it and go on to the next run
+      row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+    step = batch = None
+    if mode != "eager":
+      torch._dynamo.reset()  # the compiled graphs hold the model: free it before the next run
+    if cuda:
+      torch.cuda.empty_cache()
+    conn.send(row)
+  conn.send(None)
+
+
+def torch_rows(configs, mode, steps, peak_tflops, json_path):
+  """{run: torch's row}, measured in a child process (its rows printed as they come)."""
+  runs = [(spec, c.model.to_dict(), c.optim.to_dict(), (c.train.batch_size, c.data.seq_len + 1), c.model.dtype)
+          for spec, c in configs]
+  proc, conn = _harness.start_worker(multiprocessing.get_context("spawn"), _torch_worker, runs, mode, steps)
+  print(f"torch ({mode}; benchmarks/torch_gpt.py: fused AdamW, bf16 autocast for a bfloat16 run, no remat):\n"
+        "| run | tokens/s | step ms | model TFLOP/s | MFU (datasheet) | compile s | peak GiB | first loss |\n"
+        "|---|---|---|---|---|---|---|---|", flush=True)
+  rows, config = {}, dict(configs)
+  while True:
+    try:
+      row = conn.recv()
+    except EOFError:  # the process died (its traceback is on stderr): nplace's runs go on
+      proc.join()
+      print(f"| torch's process ended with exit code {proc.exitcode} |", flush=True)
+      return rows
+    if row is None:
+      break
+    spec = row["run"]
+    if "error" in row:
+      print(f"| {spec} | failed: {row['error']} |", flush=True)
+    else:
+      c = config[spec]
+      tokens = c.train.batch_size * c.data.seq_len
+      flops = model_info(c)["flops_per_token"] * tokens / row["step_s"]
+      row.update(tokens_per_s=tokens / row["step_s"], model_flops_per_s=flops, mfu=flops / (peak_tflops * 1e12))
+      peak = f"{row['peak_bytes'] / 2**30:.1f}" if row["peak_bytes"] else "-"
+      print(f"| {spec} | {row['tokens_per_s']:,.0f} | {1e3 * row['step_s']:.1f} | {flops / 1e12:.0f} | "
+            f"{row['mfu']:.1%} | {row['compile_s']:.0f} | {peak} | {row['first_loss']:.5f} |", flush=True)
+      rows[spec] = row
+    if json_path:
+      with open(json_path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+  proc.join()
+  return rows
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--runs", default=DEFAULT_RUNS)
@@ -133,16 +225,22 @@ def main():
   parser.add_argument("--json", help="append one JSON line per run here")
   parser.add_argument("--profile", help="trace 3 steps of the first run into this directory")
   parser.add_argument("--matmul-size", type=int, default=8192, help="side of the peak-measuring matmul")
+  parser.add_argument("--torch", choices=("compile", "regional", "eager"),
+                      help="also time torch_gpt.py's GPT of each run: torch.compile'd whole, by block, or eager")
   args = parser.parse_args()
+  if args.torch and importlib.util.find_spec("torch") is None:
+    parser.exit(2, "gpu_mfu: --torch needs torch (the GPU image has it; here: pip install torch)\n")
+  configs = [(spec, run_config(spec, args.placement, args.dtype)) for spec in args.runs.split(",")]
+  # before JAX starts: it takes most of the device's memory for the whole process
+  torch_by_run = torch_rows(configs, args.torch, args.steps, args.peak_tflops, args.json) if args.torch else {}
   device = jax.devices()[0]
   measured_peak = matmul_peak(args.matmul_size)
   print(f"{device.device_kind} ({device.platform}); jax {jax.__version__}; python {platform.python_version()}; "
         f"bf16 matmul {args.matmul_size}^3: {measured_peak / 1e12:.0f} TFLOP/s measured, {args.peak_tflops:.0f} datasheet")
   print("| run | tokens/s | step ms | model TFLOP/s | MFU (datasheet) | MFU (measured peak) | "
         "compile s | peak GiB | first loss |\n|---|---|---|---|---|---|---|---|---|")
-  losses = {}
-  for i, spec in enumerate(args.runs.split(",")):
-    config = run_config(spec, args.placement, args.dtype)
+  losses, ratios = {}, {}
+  for i, (spec, config) in enumerate(configs):
     try:
       row = measure(config, args.steps, args.profile if i == 0 else None)
     except Exception as e:  # e.g. out of memory: report it and go on to the next run
@@ -157,6 +255,8 @@ def main():
     print(f"| {spec} | {row['tokens_per_s']:,.0f} | {1e3 * row['step_s']:.1f} | {flops / 1e12:.0f} | "
           f"{row['mfu']:.1%} | {row['mfu_measured_peak']:.1%} | {row['compile_s']:.0f} | {row['peak_bytes'] / 2**30:.1f} | "
           f"{row['first_loss']:.5f} |", flush=True)
+    if spec in torch_by_run:
+      row["vs_torch"] = ratios[spec] = row["tokens_per_s"] / torch_by_run[spec]["tokens_per_s"]
     shape, attention = spec.rsplit(":", 1)
     losses.setdefault(shape, {})[attention] = row["first_loss"]
     if args.json:
@@ -165,6 +265,8 @@ def main():
   for key, by_impl in losses.items():
     if len(by_impl) > 1:
       print(f"first-step loss by attention_impl for {key}: {by_impl}")
+  for spec, ratio in ratios.items():
+    print(f"nplace / torch ({args.torch}), tokens/s, {spec}: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

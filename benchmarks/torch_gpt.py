@@ -1,5 +1,6 @@
 """A PyTorch GPT of the same shape and placement as nplace's model: the eager baseline of
-benchmarks/step_vs_torch.py (needs the `bench` extra).
+benchmarks/step_vs_torch.py (needs the `bench` extra), and on a GPU gpu_mfu.py's `--torch`
+contender (bf16 autocast, torch.compile).
 
 nanoGPT's layout (one fused q/k/v matmul, `scaled_dot_product_attention`, tied LM head,
 float32 logits) with nplace's placements (`post` | `pre` | `peri`), norms (`layernorm` with
@@ -7,6 +8,7 @@ bias | `rmsnorm`), residual step `dt` and bias switch; GELU (tanh) MLP only. The
 is AdamW with nplace's decay groups (matmul kernels decay; embeddings, norms and biases per
 `config.optim`) after global-norm clipping, as nplace.optim does.
 """
+import contextlib
 import math
 
 import torch
@@ -90,7 +92,7 @@ class GPT(nn.Module):
         nn.init.zeros_(p)
 
   def forward(self, tokens_BT):
-    h = self.wte(tokens_BT) + self.wpe(torch.arange(tokens_BT.shape[1]))
+    h = self.wte(tokens_BT) + self.wpe(torch.arange(tokens_BT.shape[1], device=tokens_BT.device))
     if self.embed_norm is not None:
       h = self.embed_norm(h)
     for block in self.blocks:
@@ -116,16 +118,26 @@ def _groups(model, o):
   return [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def make_step(m, o, seed=0):
-  """step(batch_BT1) -> loss: one AdamW step with clipping, float32, eager."""
+def make_step(m, o, seed=0, device="cpu", autocast=None, compile=None):
+  """step(batch_BT1) -> loss: one AdamW step with clipping, parameters and optimizer in float32
+  on `device`; the forward and backward eager, or torch.compile'd: the whole model (`compile`
+  "model", nanoGPT's) or each block alone ("blocks": PyTorch's regional compilation, one compile
+  that every block reuses, for a deep model's cold start); in `autocast` (a torch dtype:
+  nanoGPT's bf16 recipe) where given."""
   torch.manual_seed(seed)
-  model = GPT(m)
+  model = GPT(m).to(device)
   opt = torch.optim.AdamW(_groups(model, o), lr=o["lr"], betas=(o["b1"], o["b2"]), eps=o["eps"],
                           fused=True)
+  forward = torch.compile(model) if compile == "model" else model
+  if compile == "blocks":
+    for block in model.blocks:
+      block.compile()
+  cast = (lambda: torch.autocast(torch.device(device).type, dtype=autocast)) if autocast else contextlib.nullcontext
 
   def step(batch_BT1):
-    logits = model(batch_BT1[:, :-1])
-    loss = F.cross_entropy(logits.flatten(0, 1), batch_BT1[:, 1:].flatten())
+    with cast():
+      logits = forward(batch_BT1[:, :-1])
+      loss = F.cross_entropy(logits.flatten(0, 1), batch_BT1[:, 1:].flatten())
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if o["clip_norm"] > 0:

@@ -1,5 +1,6 @@
-"""benchmarks/step_vs_torch.py as a user runs it: bad arguments, or no torch, are one line
-and exit code 2 before any worker starts (the benchmark itself is not a test)."""
+"""benchmarks/step_vs_torch.py and cell_overhead.py as a user runs them: bad arguments, or no
+torch, are one line and exit code 2 before any worker starts or anything trains (the benchmarks
+themselves are not tests)."""
 import os
 import pathlib
 import subprocess
@@ -39,3 +40,13 @@ def test_without_torch_it_says_how_to_install_it():
   done = _run(sys.executable, "-c", WITHOUT_TORCH)
   assert done.returncode == 2 and done.stdout == "", done
   assert done.stderr.count("\n") == 1 and "pip install torch" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--config", "experiments/nope.py:cpu"], "nope.py: no such file"),
+    (["--config", "experiments/stability.py:cpu", "--trials", "0"], "--trials"),
+])
+def test_cell_overhead_a_bad_argument_is_one_line_naming_it(args, named):
+  done = _run(sys.executable, str(SCRIPT.parent / "cell_overhead.py"), *args)
+  assert done.returncode == 2 and done.stdout == "", done
+  assert done.stderr.count("\n") == 1 and done.stderr.startswith("cell_overhead.py: ") and named in done.stderr, done
