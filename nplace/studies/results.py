@@ -60,8 +60,9 @@ class Study:
 
 def grid_module(study: Study, repo=None):
   """(the experiment module of the study's grid, its ARG), which declares `protocol(arg)`,
-  `ARMS` (what its results are judged by) and `SEED_SETTING` (the seed's models and data); grid files are found relative to `repo` (default:
-  the results directory's parent, the repository)."""
+  `ARMS` (what its results are judged by) and `SEED_SETTING` (the seed's models and data);
+  grid files are found relative to `repo` (default: the results directory's parent, the
+  repository)."""
   repo = pathlib.Path(repo) if repo else study.path.absolute().parent.parent
   file, _, arg = study.config.partition(":")
   try:

@@ -175,7 +175,8 @@ def _verdicts(s: Section, measures, by_horizon) -> list[str]:
   verdicts = by_horizon[1.0] if by_horizon else judge.judge(protocol, measures)
   return ["### Verdicts",
           tables.verdict_tables(protocol, verdicts, s.tier, len(measures.seeds),
-                                by_horizon and tables.at_horizons(by_horizon), tables.operating_cells(protocol, measures)),
+                                by_horizon and tables.at_horizons(by_horizon),
+                                tables.operating_cells(protocol, measures)),
           "### The verdicts with each threshold halved and doubled",
           tables.sensitivity_table(protocol, s.measures)]
 
