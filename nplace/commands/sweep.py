@@ -90,7 +90,8 @@ def main(argv):
   sweep.run(trials, workdir, record, groups)
 
 
-def _without_reused(other: str, names: set[str], trials: list[grid.Trial], selected: list[int]) -> list[int]:
+def _without_reused(other: str, names: set[str], trials: list[grid.PlannedTrial],
+                    selected: list[int]) -> list[int]:
   """`selected` less the trials named `names`, of the variant `other` this grid reuses (same
   config): those are that variant's to run, and its filed results hold them."""
   kept = [i for i in selected if trials[i].name not in names]

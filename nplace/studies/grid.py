@@ -17,7 +17,8 @@ class GridError(ValueError):
 
 
 @dataclasses.dataclass
-class Trial:
+class PlannedTrial:
+  """A trial of a grid before it runs (what is filed after it is nplace/studies/results.py's Trial)."""
   name: str  # directory under the sweep's workdir
   overrides: dict  # dotted config key -> value (wins over the command line's)
   config: ml_collections.ConfigDict
@@ -102,7 +103,7 @@ def _flag(key: str, value) -> str:
 
 
 def expand(config_spec: str, base: ml_collections.ConfigDict, cli_overrides: list[str],
-           workdir) -> list[Trial]:
+           workdir) -> list[PlannedTrial]:
   """Every trial of the grid, validated (GridError or ConfigError naming the trial) before
   any runs. `base` is the config file's config with `cli_overrides` already applied."""
   trials, seen = [], {}
@@ -119,5 +120,5 @@ def expand(config_spec: str, base: ml_collections.ConfigDict, cli_overrides: lis
     flags = [f for f in cli_overrides if f.split("=", 1)[0].removeprefix("--config.") not in overrides]
     flags += [_flag(key, value) for key, value in overrides.items()]
     command = shlex.join(["nplace", "train", "--config", config_spec, "--workdir", str(workdir / name), *flags])
-    trials.append(Trial(name, dict(overrides), config, command))
+    trials.append(PlannedTrial(name, dict(overrides), config, command))
   return trials
