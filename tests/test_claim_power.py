@@ -12,7 +12,8 @@ import pytest
 from scipy import stats
 
 from nplace.protocol import PERMUTATION
-from nplace.studies import exact, grid, lr_sensitivity, measures as measures_lib, results, three_way
+from nplace.studies import depth_growth, exact, grid, growth_curves, lr_sensitivity, measures as measures_lib, results
+from nplace.studies import three_way
 from nplace.studies import verdict as v
 from nplace.train.summary import Summary
 
@@ -362,3 +363,75 @@ def test_a_nan_seed_decides_nothing_under_the_permutation_test():
   claim = _claim(protocol, "peri_higher_max_lr")
   data = three_way.Shifts({DEPTH_12: (np.array([0.5, 0.5, 0.5, 0.5, np.nan]), np.ones(5))}, 0.25)
   assert three_way.decide(claim, protocol, data).verdict == v.INCONCLUSIVE
+
+
+GROWTH = grid.load_module(ROOT / "experiments" / "growth.py")
+V3_DEPTHS = np.array(GROWTH.DEPTHS_V3, float)
+
+
+@pytest.fixture(scope="module")
+def growth_v2():
+  """Protocol 2's committed growth trials, measured under protocol 3 at each horizon."""
+  study = results.load(ROOT / "results" / "growth_cpu")
+  return {h: measures_lib.measures_for(GROWTH.PROTOCOL_V3, study, GROWTH, "cpu", h) for h in (0.25, 0.5, 1.0)}
+
+
+@pytest.fixture(scope="module")
+def growth_v2_to_48():
+  """The same trials at protocol 3's depths (3 to 48) only: the design protocol 3 runs."""
+  study = results.load(ROOT / "results" / "growth_cpu")
+  trials = [t for t in study.trials if t.overrides["model.n_layer"] <= max(GROWTH.DEPTHS_V3)]
+  return depth_growth.SeedMeasures(GROWTH.PROTOCOL_V3, results.arms(GROWTH, GROWTH.PROTOCOL_V3), trials)
+
+
+def _reproduced_share(claim, curves_of_draw, draws=400) -> float:
+  return float(np.mean([three_way.decide(claim, GROWTH.PROTOCOL_V3, curves_of_draw()).verdict == v.REPRODUCED
+                        for _ in range(draws)]))
+
+
+def test_a_straight_line_with_an_intercept_is_not_called_exponential(growth_v2_to_48):
+  """0.3 + 0.03 D, which protocol 2's slope rise called exponential, with the relative noise of
+  protocol 2's Pre-LN seeds around their own fits: r̂'s interval clears min_rate in <= 5% of draws."""
+  claim = _claim(GROWTH.PROTOCOL_V3, "pre_exponential")
+  assert depth_growth.slope_rise(GROWTH.DEPTHS_V2, 0.3 + 0.03 * np.array(GROWTH.DEPTHS_V2)) > 0.2  # the trap
+  noise = growth_v2_to_48.curves(claim, GROWTH.PROTOCOL_V3).noise(claim.metric)
+  assert 0.01 < noise < 0.1
+  rng = np.random.default_rng(11)
+  line = 0.3 + 0.03 * V3_DEPTHS
+  share = _reproduced_share(claim, lambda: growth_curves.Curves(
+      tuple(V3_DEPTHS), line * (1 + rng.normal(0, noise, (3, len(V3_DEPTHS))))))
+  assert share <= 0.05
+
+
+def test_an_exponential_at_power_at_is_called_so_at_the_stated_power(growth_v2_to_48):
+  """The page's power (three_way.operating through the judging code) against curves drawn by
+  hand: a + b (e^{rD} - 1)/r at the claim's `power_at` through the seeds' mean affine fit at 3
+  and 48, the data's relative noise."""
+  claim = _claim(GROWTH.PROTOCOL_V3, "pre_exponential")
+  false_positives, power = three_way.operating(claim, GROWTH.PROTOCOL_V3, growth_v2_to_48, seed=0)
+  data = growth_v2_to_48.curves(claim, GROWTH.PROTOCOL_V3)
+  noise = data.noise(claim.metric)
+  slope, intercept = np.polyfit(V3_DEPTHS, data.values_SN.mean(0), 1)
+  shape = np.expm1(claim.power_at * V3_DEPTHS)
+  bent = intercept + slope * (3 + 45 * (shape - shape[0]) / (shape[-1] - shape[0]))
+  rng = np.random.default_rng(12)
+  by_hand = _reproduced_share(claim, lambda: growth_curves.Curves(
+      tuple(V3_DEPTHS), bent * (1 + rng.normal(0, noise, (3, len(V3_DEPTHS))))))
+  assert false_positives <= 0.05 and power >= 0.8 and power == pytest.approx(by_hand, abs=0.06)
+
+
+def test_protocol_2s_pre_ln_growth_is_affine_under_protocol_3s_statistic(growth_v2):
+  """Protocol 2 reproduced `pre_exponential` at 0.25 and 0.5 of the run; r̂ ~ 0 contradicts it."""
+  for horizon, measures in growth_v2.items():
+    found = {x.claim.id: x for x in three_way.judge_all(GROWTH.PROTOCOL_V3, measures)}
+    assert found["pre_exponential"].verdict == v.CONTRADICTED, horizon
+    assert found["pre_exponential"].effects[0].high < GROWTH.PROTOCOL_V3.threshold("min_rate")
+
+
+def test_peri_ln_level_exponents_on_protocol_2s_data(growth_v2):
+  """Peri-LN's level: mean |h| ~ D^0.53, variance ~ D^1.07 at the end, both under their bounds."""
+  found = {x.claim.id: x for x in three_way.judge_all(GROWTH.PROTOCOL_V3, growth_v2[1.0])}
+  linear, quadratic = found["peri_at_most_linear"], found["peri_variance_at_most_quadratic"]
+  assert linear.verdict == quadratic.verdict == v.REPRODUCED
+  assert linear.effects[0].mean == pytest.approx(0.53, abs=0.02)
+  assert quadratic.effects[0].mean == pytest.approx(1.07, abs=0.03)
