@@ -1,7 +1,7 @@
 """Hidden-state growth over depth (study A's bound): does the top layer's mean |h| of a trained
 Pre-LN model grow exponentially in the depth D, and Peri-LN's at most linearly (its variance at
-most quadratically)? Judged by the pre-registered protocols below (`PROTOCOL`, version 2;
-`PROTOCOL_V1` kept beside it).
+most quadratically)? Judged by the pre-registered protocols below (`PROTOCOL_V3`, version 3;
+`PROTOCOL`, version 2, and `PROTOCOL_V1` kept beside it).
 
 `experiments/growth.py:VARIANT`, VARIANT one of
   cpu     protocol 2: depths 3, 6, 12, 24, 48, 96 at width 32, each trained for the same 1,000
@@ -11,24 +11,29 @@ most quadratically)? Judged by the pre-registered protocols below (`PROTOCOL`, v
   gpu     protocol 2's arms, depths and seeds for one H100/H200-class card: width 256, 2,000
           steps of 16 x 256 tokens in bfloat16 (run it with --batch 4); not yet run
   paper   the same arms and depths at GPT-2 124M's width (768) on OpenWebText
+  v3_cpu  protocol 3: protocol 2's cpu trials (arms, config, probes) at depths 3, 6, 12, 24, 48
+          with 3 new seeds, 3, 4 and 5 (60 trials); v3_gpu its gpu tier
   v1_cpu  protocol 1: depths 6, 12, 24, 48 at width 32, 300 steps, with and without weight
           decay, one seed (32 trials); v1_gpu its gpu tier
   v0_cpu  protocol 0: depths 12, 24, 48 after 50 steps, plain Peri-LN, fitted over the layers
           of each model (kept beside version 1)
   v0_paper
 
-  nplace sweep --config experiments/growth.py:cpu --workdir runs/growth --batch 4
-  nplace report --results results/ runs/growth      # fits over D, judged by PROTOCOL
+  nplace sweep --config experiments/growth.py:v3_cpu --workdir runs/growth_v3 --batch 4
+  nplace report --results results/ runs/growth_v3   # fits over D, judged by PROTOCOL_V3
   nplace report runs/growth --out report            # the per-layer fits within each model
 """
 from nplace.config import base_config, variant
-from nplace.protocol import GROWTH_PER_SEED, GROWTH_POOLED, WELCH_T, Claim, Protocol, Threshold
+from nplace.protocol import (FINDING, GROWTH_PER_SEED, GROWTH_POOLED, THREE_WAY, WELCH_T, Claim, Protocol,
+                             Threshold)
 
 SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 
 DEPTHS = (6, 12, 24, 48)
 DEPTHS_V2 = (3, 6, 12, 24, 48, 96)  # a 32x range: an exponential's log-log slope rises ~8x across it
 SEEDS_V2 = range(3)
+DEPTHS_V3 = (3, 6, 12, 24, 48)  # protocol 2's without 96: its 12 trials took 75 of the grid's 143 minutes
+SEEDS_V3 = range(3, 6)  # seeds protocol 2 did not run
 WEIGHT_DECAYS = (0.1, 0.0)
 ARMS = {
     "Pre-LN": {"model.placement": "pre", "model.dt": 1.0, "model.embed_norm": False},
@@ -84,6 +89,59 @@ PROTOCOL = Protocol(
               "quadratically in D", metric="variance_power_at_most", arm="Peri-LN", at_most=2.0),
     ),
 )
+# Protocol 3's rules (issue 57), fixed before any of its runs; what protocol 2's data showed it
+# to get wrong: its slope rise calls a straight line with a positive intercept exponential
+# (0.3 + 0.03 D rises by 0.44 > 0.2), and Pre-LN's growth above init was affine at every horizon;
+# Peri-LN's growth above init is negative at depth 3, so its exponent had no fit.
+# - Trials: protocol 2's cpu config and arms at DEPTHS_V3 with SEEDS_V3, new seeds. Verdicts are
+#   three-way (nplace/studies/three_way.py), each claim's false-positive rate and power simulated
+#   through the code that judges it (nplace/studies/growth_curves.py).
+# - `exponential_rate`: per seed, the growth above init y(D) fitted by least squares to
+#   a + b (e^{rD} - 1) / r (a + b D at r = 0), r profiled over -0.1 .. 0.3 per layer in steps of
+#   0.0005 (growth_curves.RATE_GRID). Reproduced when the Welch interval of r̂ over the seeds lies
+#   above `min_rate`, contradicted when it lies below, inconclusive otherwise. An affine curve is
+#   fitted best at r = 0 whatever its intercept. Its nulls: the seeds' mean affine fit, and curves
+#   at `min_rate`; its power: curves at `power_at`, each with the seeds' own relative noise.
+# - `level_power_at_most` (`level_variance_power_at_most`): per seed the exponent p of the top
+#   layer's level at the horizon (mean |h|; entry-wise variance), not its growth above init, as
+#   a D^p by least squares in log-log; reproduced when the interval's top is at most `at_most`,
+#   1 (2), contradicted when its low end is above it, inconclusive otherwise. Peri-LN's output
+#   norms bound its level by construction, rms(h_L) <= rms(h_0) + 2 dt D = 1 + 2 dt D: that the
+#   level is at most linear is not in question, its exponent is the finding. Null: curves exactly
+#   at the bound; power: at `power_at`, with the seeds' noise in log level.
+# - Horizons: 0.25 and 0.5 are the probes at a quarter and half of one cosine schedule of 1,000
+#   steps (the learning rate still high), snapshots of the same runs, not shorter training budgets.
+# - A claim needs every depth of DEPTHS_V3 with every seed, else not testable. The bound and the
+#   largest |h| are reported as under protocol 2.
+PROTOCOL_V3 = Protocol(
+    name="growth", version=3, kind=GROWTH_PER_SEED,
+    summary="The top layer of trained models against their depth D (3 to 48, the same 1M tokens "
+            "each), 3 new seeds per depth: Pre-LN's growth above init fitted per seed by "
+            "a + b(e^{rD} − 1)/r, so that only a bending curve has a rate r̂ above 0; Peri-LN's "
+            "level fitted by a D^p. Welch t-intervals over the seeds, three-way verdicts; judged "
+            "again on the probes at 1/4 and 1/2 of the run, snapshots of one cosine schedule, "
+            "not shorter budgets. Fixed before any run of this version.",
+    seeds=3, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95, interval_method=WELCH_T,
+    verdicts=THREE_WAY, horizons=(0.25, 0.5, 1.0),
+    thresholds=(
+        Threshold("min_rate", 0.02, "the smallest rate r, per layer, called exponential (the interval's "
+                                    "low end must clear it): at r = 0.02 the growth's per-layer increment at "
+                                    "D = 48 is e^{0.96} = 2.6 times that at D = 0, and the curve leaves the "
+                                    "chord through its ends over 3..48 by 11% of its range; a smaller rate "
+                                    "bends it less than a straight line's noise of a few percent could"),
+    ),
+    claims=(
+        Claim("pre_exponential", "Pre-LN's top-layer mean |h| grows exponentially in D",
+              metric="exponential_rate", arm="Pre-LN", power_at=0.04),
+        Claim("pre_dt_exponential", "Pre-LN with dt 0.1: its top-layer mean |h| grows exponentially in D",
+              metric="exponential_rate", arm="Pre-LN, dt 0.1", power_at=0.04, source=FINDING),
+        Claim("peri_at_most_linear", "Peri-LN's top-layer mean |h| grows at most linearly in D",
+              metric="level_power_at_most", arm="Peri-LN", at_most=1.0, power_at=0.5),
+        Claim("peri_variance_at_most_quadratic", "Peri-LN's top-layer variance grows at most "
+              "quadratically in D", metric="level_variance_power_at_most", arm="Peri-LN", at_most=2.0,
+              power_at=1.0),
+    ),
+)
 PROTOCOL_V1 = Protocol(
     name="growth", version=1, kind=GROWTH_POOLED,
     summary="Top-layer hidden-state moments of trained models against their depth D (6, 12, 24, 48; "
@@ -108,6 +166,8 @@ PROTOCOL_V1 = Protocol(
 
 def protocol(arg: str = "cpu") -> Protocol:
   get_config(arg)
+  if arg.startswith("v3"):
+    return PROTOCOL_V3
   return PROTOCOL_V1 if arg.startswith(("v0", "v1")) else PROTOCOL
 
 
@@ -169,6 +229,7 @@ def _v2(c):
 
 def get_config(arg: str = "cpu"):
   return variant("growth", arg, {"cpu": lambda: _v2(_cpu()), "gpu": lambda: _v2(_gpu()), "paper": lambda: _v2(_paper()),
+                                 "v3_cpu": lambda: _v2(_cpu()), "v3_gpu": lambda: _v2(_gpu()),
                                  "v1_cpu": _cpu, "v1_gpu": _gpu, "v0_cpu": _v0_cpu, "v0_paper": _paper})
 
 
@@ -180,5 +241,6 @@ def get_sweep(arg: str = "cpu") -> list[dict]:
   if arg.startswith("v1"):
     return [{"model.n_layer": depth, **arm, "optim.weight_decay": wd}
             for depth in DEPTHS for arm in ARMS.values() for wd in WEIGHT_DECAYS]
-  return [{"model.n_layer": depth, **arm, "seed": seed} for depth in DEPTHS_V2 for arm in ARMS.values()
-          for seed in SEEDS_V2]
+  depths, seeds = (DEPTHS_V3, SEEDS_V3) if arg.startswith("v3") else (DEPTHS_V2, SEEDS_V2)
+  return [{"model.n_layer": depth, **arm, "seed": seed} for depth in depths for arm in ARMS.values()
+          for seed in seeds]

@@ -12,7 +12,8 @@ import pytest
 from scipy import stats
 
 from nplace.protocol import PERMUTATION
-from nplace.studies import exact, grid, lr_sensitivity, measures as measures_lib, results, three_way
+from nplace.studies import depth_growth, exact, grid, growth_curves, lr_sensitivity, measures as measures_lib, results
+from nplace.studies import three_way
 from nplace.studies import verdict as v
 from nplace.train.summary import Summary
 
@@ -362,3 +363,235 @@ def test_a_nan_seed_decides_nothing_under_the_permutation_test():
   claim = _claim(protocol, "peri_higher_max_lr")
   data = three_way.Shifts({DEPTH_12: (np.array([0.5, 0.5, 0.5, 0.5, np.nan]), np.ones(5))}, 0.25)
   assert three_way.decide(claim, protocol, data).verdict == v.INCONCLUSIVE
+
+
+GROWTH = grid.load_module(ROOT / "experiments" / "growth.py")
+V3_DEPTHS = np.array(GROWTH.DEPTHS_V3, float)
+
+
+@pytest.fixture(scope="module")
+def growth_v2():
+  """Protocol 2's committed growth trials, measured under protocol 3 at each horizon."""
+  study = results.load(ROOT / "results" / "growth_cpu")
+  return {h: measures_lib.measures_for(GROWTH.PROTOCOL_V3, study, GROWTH, "cpu", h) for h in (0.25, 0.5, 1.0)}
+
+
+@pytest.fixture(scope="module")
+def growth_v2_to_48():
+  """The same trials at protocol 3's depths (3 to 48) only: the design protocol 3 runs."""
+  study = results.load(ROOT / "results" / "growth_cpu")
+  trials = [t for t in study.trials if t.overrides["model.n_layer"] <= max(GROWTH.DEPTHS_V3)]
+  return depth_growth.SeedMeasures(GROWTH.PROTOCOL_V3, results.arms(GROWTH, GROWTH.PROTOCOL_V3), trials)
+
+
+def _reproduced_share(claim, curves_of_draw, draws=400) -> float:
+  return float(np.mean([three_way.decide(claim, GROWTH.PROTOCOL_V3, curves_of_draw()).verdict == v.REPRODUCED
+                        for _ in range(draws)]))
+
+
+def test_a_straight_line_with_an_intercept_is_not_called_exponential(growth_v2_to_48):
+  """0.3 + 0.03 D, which protocol 2's slope rise called exponential, with the relative noise of
+  protocol 2's Pre-LN seeds around their own fits: r̂'s interval clears min_rate in <= 5% of draws."""
+  claim = _claim(GROWTH.PROTOCOL_V3, "pre_exponential")
+  assert depth_growth.slope_rise(GROWTH.DEPTHS_V2, 0.3 + 0.03 * np.array(GROWTH.DEPTHS_V2)) > 0.2  # the trap
+  noise = growth_v2_to_48.curves(claim, GROWTH.PROTOCOL_V3).noise(claim.metric)
+  assert 0.01 < noise < 0.1
+  rng = np.random.default_rng(11)
+  line = 0.3 + 0.03 * V3_DEPTHS
+  share = _reproduced_share(claim, lambda: growth_curves.Curves(
+      tuple(V3_DEPTHS), line * (1 + rng.normal(0, noise, (3, len(V3_DEPTHS))))))
+  assert share <= 0.05
+
+
+def test_an_exponential_at_power_at_is_called_so_at_the_stated_power(growth_v2_to_48):
+  """The page's power (three_way.operating through the judging code) against curves drawn by
+  hand: a + b (e^{rD} - 1)/r at the claim's `power_at` through the seeds' mean affine fit at 3
+  and 48, the data's relative noise."""
+  claim = _claim(GROWTH.PROTOCOL_V3, "pre_exponential")
+  false_positives, power = three_way.operating(claim, GROWTH.PROTOCOL_V3, growth_v2_to_48, seed=0)
+  data = growth_v2_to_48.curves(claim, GROWTH.PROTOCOL_V3)
+  noise = data.noise(claim.metric)
+  slope, intercept = np.polyfit(V3_DEPTHS, data.values_SN.mean(0), 1)
+  shape = np.expm1(claim.power_at * V3_DEPTHS)
+  bent = intercept + slope * (3 + 45 * (shape - shape[0]) / (shape[-1] - shape[0]))
+  rng = np.random.default_rng(12)
+  by_hand = _reproduced_share(claim, lambda: growth_curves.Curves(
+      tuple(V3_DEPTHS), bent * (1 + rng.normal(0, noise, (3, len(V3_DEPTHS))))))
+  assert false_positives <= 0.05 and power >= 0.8 and power == pytest.approx(by_hand, abs=0.06)
+
+
+def test_protocol_2s_pre_ln_growth_is_affine_under_protocol_3s_statistic(growth_v2):
+  """Protocol 2 reproduced `pre_exponential` at 0.25 and 0.5 of the run; r̂ ~ 0 contradicts it."""
+  for horizon, measures in growth_v2.items():
+    found = {x.claim.id: x for x in three_way.judge_all(GROWTH.PROTOCOL_V3, measures)}
+    assert found["pre_exponential"].verdict == v.CONTRADICTED, horizon
+    assert found["pre_exponential"].effects[0].high < GROWTH.PROTOCOL_V3.threshold("min_rate")
+
+
+def test_peri_ln_level_exponents_on_protocol_2s_data(growth_v2):
+  """Peri-LN's level: mean |h| ~ D^0.53, variance ~ D^1.07 at the end, both under their bounds."""
+  found = {x.claim.id: x for x in three_way.judge_all(GROWTH.PROTOCOL_V3, growth_v2[1.0])}
+  linear, quadratic = found["peri_at_most_linear"], found["peri_variance_at_most_quadratic"]
+  assert linear.verdict == quadratic.verdict == v.REPRODUCED
+  assert linear.effects[0].mean == pytest.approx(0.53, abs=0.02)
+  assert quadratic.effects[0].mean == pytest.approx(1.07, abs=0.03)
+
+
+# Review of growth protocol 3's rules (experiments/growth.py PROTOCOL_V3, growth_curves.py):
+# data under which a claim is false, judged through growth_curves.decide. xfail(strict): a
+# problem found; the plain tests: attacks the rules withstand.
+PRE_V3 = GROWTH.PROTOCOL_V3
+
+
+def _v3_claim(claim_id):
+  return _claim(PRE_V3, claim_id)
+
+
+def _draws(claim, centre, noise, rng, draws=400, additive=False):
+  """The reproduced share of `draws` samples of 3 seeds: `centre` (over V3_DEPTHS) with
+  relative (or additive) normal noise, `noise` a scalar or one sd per depth."""
+  def draw():
+    e = rng.normal(0, 1, (3, len(V3_DEPTHS))) * noise
+    return growth_curves.Curves(tuple(V3_DEPTHS), centre + e if additive else centre * (1 + e))
+  return _reproduced_share(claim, draw, draws)
+
+
+@pytest.mark.xfail(strict=True, reason="growth_curves.fitted_rates squares the projection (y @ basis)^2, "
+                   "so the sign of b is ignored: a falling curve a - b(e^{rD}-1)/r (r = 0.05) is called "
+                   "exponential growth in every draw; fix: take r̂ over fits with b > 0 (or a seed with "
+                   "b̂ <= 0 counts against the claim)")
+def test_a_falling_exponential_is_not_exponential_growth():
+  claim = _v3_claim("pre_exponential")
+  falling = 10 - 0.5 * np.expm1(0.05 * V3_DEPTHS) / 0.05
+  assert _draws(claim, falling, 0.03, np.random.default_rng(21)) <= 0.05
+
+
+@pytest.mark.xfail(strict=True, reason="r̂ is censored at RATE_GRID's ends but counted as exact: growth "
+                   "flat in D whose noise grows with depth puts all three seeds at r̂ = 0.3 in ~10% of "
+                   "draws, a zero-width interval at 0.3; fix: treat r̂ at a grid edge as censored (a seed "
+                   "at the top edge decides nothing, as three_way._at_top does for max_stable_lr), or "
+                   "require a fit that beats the affine one")
+def test_flat_growth_with_noise_growing_in_depth_is_not_exponential():
+  claim = _v3_claim("pre_exponential")
+  assert _draws(claim, np.ones(len(V3_DEPTHS)), 0.1 * V3_DEPTHS / 48, np.random.default_rng(22), additive=True) <= 0.05
+
+
+@pytest.mark.xfail(strict=True, reason="with depths 3..48 doubling, the deepest depth alone carries the "
+                   "bend: an affine curve whose depth-48 point is 30% high in every seed is reproduced in "
+                   "~17% of draws; fix: also require r̂'s interval above min_rate without the deepest "
+                   "depth, or a lack-of-fit check of the exponential at the other depths")
+def test_one_high_deep_point_is_not_exponential_growth():
+  claim = _v3_claim("pre_exponential")
+  kinked = 0.3 + 0.03 * V3_DEPTHS
+  kinked[-1] *= 1.3
+  assert _draws(claim, kinked, 0.03, np.random.default_rng(23)) <= 0.05
+
+
+@pytest.mark.xfail(strict=True, reason="growth_curves.decide checks only that r̂ is finite, and "
+                   "fitted_rates' argmax over a NaN row returns RATE_GRID[0] = -0.1: a NaN or inf growth "
+                   "gives a finite r̂ (inconclusive; contradicted when a depth is NaN in every seed) "
+                   "instead of not testable; fix: not testable unless every value_SN is finite")
+def test_nan_or_inf_growth_is_not_testable():
+  claim = _v3_claim("pre_exponential")
+  for bad in (np.nan, np.inf):
+    values = np.tile(np.expm1(0.05 * V3_DEPTHS), (3, 1))
+    values[:, 2] = bad
+    assert three_way.decide(claim, PRE_V3, growth_curves.Curves(tuple(V3_DEPTHS), values)).verdict == v.NOT_TESTABLE
+
+
+@pytest.mark.xfail(strict=True, reason="Curves.noise divides residuals by the fit: where growth crosses 0 "
+                   "(it did for Peri-LN at depth 3), 3% relative noise is estimated at ~11%, so the nulls "
+                   "and the page's power are drawn at the wrong noise (power 9% here); fix: pool absolute "
+                   "residuals (or scale by the curve's range), not residual / fit")
+def test_the_relative_noise_is_estimated_where_growth_crosses_zero():
+  rng = np.random.default_rng(24)
+  line = -0.05 + 0.03 * V3_DEPTHS
+  found = [growth_curves.Curves(tuple(V3_DEPTHS), line * (1 + rng.normal(0, 0.03, (3, 5)))).noise(growth_curves.RATE)
+           for _ in range(20)]
+  assert np.median(found) < 0.045
+
+
+@pytest.mark.xfail(strict=True, reason="SeedMeasures.curves fits every filed depth (self.depths), not the "
+                   "protocol's: measured under PROTOCOL_V3 from protocol 2's cpu grid the curves run to 96, "
+                   "which protocol 3 does not declare (and test_protocol_2s_pre_ln_growth_is_affine... "
+                   "judges them so); fix: curves over declared_depths / the protocol's DEPTHS_V3")
+def test_protocol_3s_curves_are_over_its_declared_depths(growth_v2):
+  claim = _v3_claim("pre_exponential")
+  assert growth_v2[1.0].curves(claim, PRE_V3).depths == GROWTH.DEPTHS_V3
+
+
+def test_affine_curves_with_a_large_intercept_are_not_exponential_under_any_noise():
+  """Relative noise 1-10%, additive, and noise growing with depth: <= 5% reproduced."""
+  claim = _v3_claim("pre_exponential")
+  rng = np.random.default_rng(31)
+  line = 5 + 0.03 * V3_DEPTHS
+  for noise in (0.01, 0.03, 0.1):
+    assert _draws(claim, line, noise, rng, 200) <= 0.05, noise
+  assert _draws(claim, 0.3 + 0.03 * V3_DEPTHS, 0.2, rng, 200, additive=True) <= 0.05
+  assert _draws(claim, 0.3 + 0.03 * V3_DEPTHS, 0.2 * V3_DEPTHS / 48, rng, 200) <= 0.05
+  assert _draws(claim, -0.05 + 0.03 * V3_DEPTHS, 0.03, rng, 200) <= 0.05  # negative at depth 3
+
+
+def test_concave_growth_is_contradicted():
+  claim = _v3_claim("pre_exponential")
+  rng = np.random.default_rng(32)
+  concave = 0.3 + np.sqrt(V3_DEPTHS)
+  verdicts = {three_way.decide(claim, PRE_V3, growth_curves.Curves(
+      tuple(V3_DEPTHS), concave * (1 + rng.normal(0, 0.03, (3, 5))))).verdict for _ in range(50)}
+  assert verdicts == {v.CONTRADICTED}
+
+
+def test_seeds_with_no_spread_at_min_rate_decide_nothing():
+  claim = _v3_claim("pre_exponential")
+  at_margin = np.tile(1 + np.expm1(0.02 * V3_DEPTHS) / 0.02, (3, 1))
+  data = growth_curves.Curves(tuple(V3_DEPTHS), at_margin)
+  assert list(data.statistic(claim.metric)) == [0.02] * 3
+  assert three_way.decide(claim, PRE_V3, data).verdict == v.INCONCLUSIVE
+
+
+def test_the_fit_is_continuous_at_rate_0_and_an_affine_curve_fits_there():
+  basis = growth_curves.exponential_basis(V3_DEPTHS, [-1e-9, 0.0, 1e-9])
+  assert np.allclose(basis, V3_DEPTHS, rtol=1e-7)
+  assert 0.0 in growth_curves.RATE_GRID and 0.02 in growth_curves.RATE_GRID
+  assert list(growth_curves.fitted_rates(V3_DEPTHS, [7 + 0.03 * V3_DEPTHS, 0.3 - 0.01 * V3_DEPTHS])) == [0.0, 0.0]
+
+
+def test_the_rate_nulls_are_the_claims_boundary_and_power_is_at_power_at():
+  """Noiseless nulls fit r̂ = 0 and min_rate exactly; the alternative fits power_at."""
+  claim = _v3_claim("pre_exponential")
+  data = growth_curves.Curves(tuple(V3_DEPTHS), np.tile(0.3 + 0.03 * V3_DEPTHS, (3, 1)), PRE_V3.threshold("min_rate"))
+  rng = np.random.default_rng(33)
+  nulls = [np.unique(null(claim, rng).statistic(claim.metric)) for null in data.nulls(claim)]
+  assert [list(n) for n in nulls] == [[0.0], [0.02]]
+  assert list(np.unique(data.alternative(claim, rng).statistic(claim.metric))) == [claim.power_at]
+
+
+def test_peri_ln_level_at_the_bound_is_reproduced_at_most_5_percent():
+  """D^1 with log noise 2-10%: <= 5%; D log D (p ~ 1.45): never; D / log D: always; exactly D^1
+  is at most linear."""
+  claim = _v3_claim("peri_at_most_linear")
+  rng = np.random.default_rng(34)
+
+  def share(centre, noise, draws=300):
+    return _reproduced_share(claim, lambda: growth_curves.Curves(
+        tuple(V3_DEPTHS), centre * np.exp(rng.normal(0, noise, (3, 5)))), draws)
+  for noise in (0.02, 0.1):
+    assert share(V3_DEPTHS, noise) <= 0.05, noise
+  assert share(V3_DEPTHS * np.log(V3_DEPTHS), 0.05) == 0.0
+  assert share(V3_DEPTHS / np.log(V3_DEPTHS), 0.05) == 1.0
+  exact_line = growth_curves.Curves(tuple(V3_DEPTHS), np.tile(2 * V3_DEPTHS, (3, 1)))
+  assert three_way.decide(claim, PRE_V3, exact_line).verdict == v.REPRODUCED
+
+
+def test_nan_or_inf_levels_and_missing_trials_are_not_testable():
+  claim = _v3_claim("peri_at_most_linear")
+  for bad in (np.nan, np.inf, -1.0):
+    levels = np.tile(V3_DEPTHS, (3, 1))
+    levels[1, 3] = bad
+    assert three_way.decide(claim, PRE_V3, growth_curves.Curves(tuple(V3_DEPTHS), levels)).verdict == v.NOT_TESTABLE
+  study = results.load(ROOT / "results" / "growth_cpu")
+  arms = results.arms(GROWTH, PRE_V3)
+  dropped = [t for t in study.trials if not (t.overrides["model.n_layer"] == 12 and t.overrides.get("seed") == 1)]
+  measures = depth_growth.SeedMeasures(PRE_V3, arms, dropped, 1.0, GROWTH.get_sweep("cpu"))
+  found = {x.claim.id: x.verdict for x in three_way.judge_all(PRE_V3, measures)}
+  assert set(found.values()) == {v.NOT_TESTABLE}

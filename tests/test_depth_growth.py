@@ -96,3 +96,17 @@ def test_detectable_rate_has_the_stated_power_in_a_brute_force_simulation():
     lows = rises.mean(1) - stats.t.ppf(0.975, 2) * rises.std(1, ddof=1) / np.sqrt(3)
     return np.mean(lows > 0.2)
   assert 0.01 < r < 0.02 and pass_rate(r) == pytest.approx(0.8, abs=0.04) and pass_rate(r / 2) < 0.4
+
+
+def test_the_fitted_rate_is_0_for_any_line_and_the_true_rate_for_an_exponential():
+  """Protocol 3's statistic: a + b (e^{rD} - 1)/r profiled over its grid. A line with a positive
+  intercept (protocol 2's false positive) fits best at r = 0; a bent curve at its own rate."""
+  from nplace.studies import growth_curves
+  d = np.array((3, 6, 12, 24, 48), float)
+  lines = [0.3 + 0.03 * d, 5 - 0.01 * d, 0.02 * d]
+  assert growth_curves.fitted_rates(d, lines).tolist() == [0, 0, 0]
+  bent = [1 + 0.2 * np.expm1(r * d) / r for r in (0.04, -0.05, 0.15)]
+  assert growth_curves.fitted_rates(d, bent) == pytest.approx([0.04, -0.05, 0.15])
+  near_zero = growth_curves.exponential_basis(d, [0.0, 1e-9])
+  assert near_zero[0] == pytest.approx(near_zero[1]) and near_zero[0].tolist() == d.tolist()
+  assert growth_curves.level_powers(d, [2 * d ** 0.5, d ** 2]) == pytest.approx([0.5, 2])

@@ -11,7 +11,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from nplace.studies import fits, intervals, results
+from nplace.studies import fits, growth_curves, intervals, results
 from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict
 
 DEPTH, WEIGHT_DECAY = "model.n_layer", "optim.weight_decay"
@@ -145,9 +145,10 @@ def growth_power(depths, growth) -> float:
 
 
 class SeedMeasures:
-  """Protocol 2's growth grid: per arm, depth and seed, the top layer's growth above init (the
-  value at the horizon's probe minus at init), fitted per seed and compared over the seeds
-  (experiments/growth.py, the rules under PROTOCOL). `expected`: the grid's trials' overrides,
+  """Protocols 2 and 3's growth grids: per arm, depth and seed, the top layer's growth above init
+  (the value at the horizon's probe minus at init) and its level, fitted per seed and compared
+  over the seeds (experiments/growth.py, the rules under PROTOCOL and PROTOCOL_V3; protocol 3's
+  three-way claims read `curves`, judged in nplace/studies/three_way.py). `expected`: the grid's trials' overrides,
   so that a missing depth or seed leaves a claim not testable."""
 
   SHAPE = "as configured"  # the claims hold in one setting here: no weight-decay axis
@@ -193,14 +194,36 @@ class SeedMeasures:
       return None
     return self.depths, [end - init for end, init in values]
 
+  def curves(self, claim, protocol) -> "growth_curves.Curves | str":
+    """A three-way claim's per-seed curves (growth above init for a rate, else the level at the
+    horizon) over every depth, or what is missing."""
+    quantity = growth_curves.QUANTITY[claim.metric]
+    if claim.metric == growth_curves.RATE:
+      found = [self.growth(claim.arm, seed, quantity) for seed in self.seeds]
+    else:
+      found = [self.level(claim.arm, seed, quantity) for seed in self.seeds]
+    if self.missing or len(found) < protocol.seeds or None in found:
+      left = "; ".join(f"{arm}: {n} trials not filed" for arm, n in self.missing.items())
+      return left or f"every depth with all {protocol.seeds} seeds"
+    margin = protocol.threshold("min_rate") if claim.metric == growth_curves.RATE else math.nan
+    return growth_curves.Curves(tuple(self.depths), np.array([values for _, values in found], float), margin)
+
+  def level(self, arm, seed, quantity="mean_abs") -> tuple[list, list] | None:
+    """(depths, the top layer's `quantity` at the horizon) of one seed; None if a depth is missing."""
+    values = [self.top(arm, d, seed, quantity) for d in self.depths]
+    return None if None in values else (self.depths, values)
+
   def per_seed(self, metric, arm) -> list[float]:
     """The per-seed statistic of a claim's metric (NaN for a seed it is not defined for)."""
-    quantity = "var_entry" if metric == "variance_power_at_most" else "mean_abs"
+    quantity = "var_entry" if metric in ("variance_power_at_most", growth_curves.LEVEL_VARIANCE) else "mean_abs"
     values = []
     for seed in self.seeds:
-      found = self.growth(arm, seed, quantity)
+      levels = metric in (growth_curves.LEVEL, growth_curves.LEVEL_VARIANCE)
+      found = (self.level if levels else self.growth)(arm, seed, quantity)
       if found is None:
         values.append(math.nan)
+      elif metric in growth_curves.METRICS:
+        values.append(float(growth_curves.Curves(tuple(found[0]), np.array([found[1]], float)).statistic(metric)[0]))
       elif metric == "slope_rises":
         values.append(slope_rise(*found))
       else:

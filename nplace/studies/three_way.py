@@ -22,6 +22,8 @@ claim's false-positive rate and power from the code that gives its verdict (`ope
 - divergences with `divergence_test` STRATIFIED, and fails_more: the exact stratified test over
   model shapes and rates (one stratum: Fisher's exact test), each way, at `failure_p`;
   fails_more claims Holm-adjusted over the protocol's fails_more claims.
+- exponential_rate, level_power_at_most, level_variance_power_at_most: one arm's per-seed fits
+  over depth (growth protocol 3), nplace/studies/growth_curves.py.
 - failure_rate: one arm's failed runs at the claim's `lr`, its Clopper-Pearson interval against
   the seed's rate r: contradicted when the interval excludes r (the arm fails less often, or
   more, than the seed says); reproduced when it holds r and excludes 0 (the arm fails, as often
@@ -31,7 +33,8 @@ claim's false-positive rate and power from the code that gives its verdict (`ope
 False positives: each claim is judged on samples drawn with no effect, its reproduced share the
 larger over its nulls: the arms' values pooled and reassigned at random, and (continuous
 values) both arms drawn at the claim's margin from the spread the seeds show; for a failure
-rate, runs that never fail (a seed rate above 0) or fail at `never_rate` (a seed rate of 0).
+rate, runs that never fail (a seed rate above 0) or fail at `never_rate` (a seed rate of 0); for
+growth over depth, curves of the shape the claim denies (growth_curves.Curves.nulls).
 """
 import dataclasses
 import math
@@ -39,11 +42,11 @@ import math
 import numpy as np
 
 from nplace.protocol import PERMUTATION, STRATIFIED
-from nplace.studies import exact, intervals
+from nplace.studies import exact, growth_curves, intervals
 from nplace.studies.verdict import CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, Effect, Verdict, partly_run
 
 CONTINUOUS = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")
-METRICS = CONTINUOUS + ("divergences", "failure_rate", "fails_more")
+METRICS = CONTINUOUS + ("divergences", "failure_rate", "fails_more") + growth_curves.METRICS
 DRAWS = 200  # samples drawn for a claim's false-positive rate and for its power
 ROUNDING = 1e-9  # how far past its margin an interval must lie: alike seeds land on it to the last bit
 
@@ -133,6 +136,8 @@ class Rate:
 
 def sample(claim, protocol, measures):
   """The data `claim` is judged on, or a string saying what is missing."""
+  if claim.metric in growth_curves.METRICS:
+    return measures.curves(claim, protocol)
   if claim.metric in CONTINUOUS:
     by_shape = {}
     for shape in measures.shapes:
@@ -179,6 +184,8 @@ def decide(claim, protocol, data, family=()) -> Verdict:
     return _decide_shifts(claim, protocol, data)
   if isinstance(data, Rate):
     return _decide_rate(claim, protocol, data)
+  if isinstance(data, growth_curves.Curves):
+    return growth_curves.decide(claim, protocol, data)
   return _decide_counts(claim, protocol, data, family)
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from nplace.logs import plots
-from nplace.studies import depth_growth, fits, markdown, runs as runs_lib
+from nplace.studies import depth_growth, fits, growth_curves, markdown, runs as runs_lib
 from nplace.studies.report import study_a, tables
 
 QUANTITIES = {"mean_abs": "mean |h|", "var_entry": "entry-wise variance", "var_data": "data-wise variance"}
@@ -98,12 +98,24 @@ def growth_figures(page, key: str, measures) -> str:
   return "\n\n".join(parts)
 
 
+# A per-seed growth grid's fits shown per seed, by the metrics its protocol's claims judge: the
+# exponent of the mean |h| and of the variance, the exponential test; the two columns' titles.
+SEED_FITS = {
+    "slope_rises": ("power_at_most", "variance_power_at_most", "slope_rises",
+                    ("exponent p per seed", "slope rise per seed")),
+    growth_curves.RATE: (growth_curves.LEVEL, growth_curves.LEVEL_VARIANCE, growth_curves.RATE,
+                         ("exponent p of the level per seed", "rate r̂ of a + b(e^{rD} − 1)/r per seed")),
+}
+
+
 def growth_seed_table(measures) -> str:
-  """Protocol 2: per arm and quantity, the growth above init at each depth (mean ± sd over
-  seeds) and each seed's fits over depth."""
+  """Per arm and quantity, the growth above init at each depth (mean ± sd over seeds) and each
+  seed's fits over depth, those the protocol's claims judge (`SEED_FITS`)."""
+  exponential = next(c.metric for c in measures.protocol.claims if c.metric in SEED_FITS)
+  mean_power, variance_power, test, titles = SEED_FITS[exponential]
   rows = []
   for arm in measures.arms:
-    for quantity, metric in (("mean_abs", "power_at_most"), ("var_entry", "variance_power_at_most")):
+    for quantity, metric in (("mean_abs", mean_power), ("var_entry", variance_power)):
       by_depth = []
       for depth in measures.depths:
         grown = [measures.top(arm, depth, s, quantity) - measures.top(arm, depth, s, quantity, when=0)
@@ -111,13 +123,15 @@ def growth_seed_table(measures) -> str:
         by_depth.append(f"{depth}: {markdown.mean_std(grown, 3)}")
       rows.append([arm, depth_growth.QUANTITIES[quantity], ", ".join(by_depth),
                    tables.seed_values(measures.per_seed(metric, arm), 2),
-                   tables.seed_values(measures.per_seed("slope_rises", arm), 3) if quantity == "mean_abs" else "-"])
-  return markdown.table(["arm", "top layer", "depth: growth above init, mean ± sd over seeds",
-                         "exponent p per seed", "slope rise per seed"], rows)
+                   tables.seed_values(measures.per_seed(test, arm), 3) if quantity == "mean_abs" else "-"])
+  return markdown.table(["arm", "top layer", "depth: growth above init, mean ± sd over seeds", *titles], rows)
 
 
 def growth_power_line(protocol, measures) -> str:
-  """The design's power, from the declaration alone (depth_growth.detectable_rate)."""
+  """The design's power, from the declaration alone (depth_growth.detectable_rate); a
+  three-way protocol states each claim's in its verdict table instead."""
+  if not any(c.metric == "slope_rises" for c in protocol.claims):
+    return "Each claim's false-positive rate and power: the verdict table's last column."
   rate = depth_growth.detectable_rate(measures.declared_depths, protocol.seeds, protocol.threshold("min_slope_rise"),
                                       protocol.threshold("assumed_log_noise"), protocol.interval)
   return (f"The design's power: with {protocol.seeds} seeds at depths {', '.join(map(str, measures.declared_depths))} and "

@@ -1,0 +1,137 @@
+"""Growth protocol 3's per-seed statistics over depth, judged three-way (nplace/studies/three_way.py
+calls `decide` on the `Curves` a claim reads, and on the curves its nulls and alternative draw).
+
+- `exponential_rate` (Pre-LN's growth above init y(D), the value at the horizon minus at init):
+  per seed, the least-squares fit of y = a + b (e^{rD} - 1) / r, which is a + b D at r = 0 and
+  continuous there, with r profiled over RATE_GRID; r̂ is the rate of the best fit. An affine
+  curve, whatever its intercept, is fitted best at r = 0: "exponential" is a model comparison
+  a straight line cannot win. Reproduced when the Welch interval of r̂ over the seeds lies above
+  the protocol's `min_rate`, contradicted when it lies below, inconclusive otherwise.
+- `level_power_at_most` (`level_variance_power_at_most`): per seed, the exponent p of the top
+  layer's level (mean |h|; entry-wise variance) at the horizon, a D^p by least squares in
+  log-log; reproduced when the interval's top is at most the claim's `at_most`, contradicted
+  when its low end is above it, inconclusive otherwise.
+
+Nulls and alternative: curves of the shape a claim denies, or states at `power_at`, with the
+noise the seeds show around their own fits (a rate's curves: relative deviations from each
+seed's best fit; an exponent's: deviations in log level), drawn normal at the pooled spread.
+"""
+import dataclasses
+import math
+
+import numpy as np
+
+from nplace.studies import intervals
+from nplace.studies.verdict import CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, Effect, Verdict
+
+RATE, LEVEL, LEVEL_VARIANCE = "exponential_rate", "level_power_at_most", "level_variance_power_at_most"
+METRICS = (RATE, LEVEL, LEVEL_VARIANCE)
+QUANTITY = {RATE: "mean_abs", LEVEL: "mean_abs", LEVEL_VARIANCE: "var_entry"}
+RATE_GRID = np.round(np.linspace(-0.1, 0.3, 801), 6)  # per layer, in steps of 0.0005; holds 0 exactly
+ROUNDING = 1e-9  # an exactly D^bound curve fits p = bound to rounding
+
+
+def exponential_basis(depths, rates) -> np.ndarray:
+  """(e^{rD} - 1) / r for each rate (rows) and depth (columns); D where r = 0."""
+  d, r = np.asarray(depths, float)[None, :], np.asarray(rates, float)[:, None]
+  safe = np.where(r == 0, 1.0, r)
+  return np.where(r == 0, d, np.expm1(safe * d) / safe)
+
+
+def fitted_rates(depths, growth_SN) -> np.ndarray:
+  """Per seed (rows of growth_SN, one column per depth), the rate r̂ of RATE_GRID whose fit of
+  a + b (e^{rD} - 1) / r leaves the least squared residual."""
+  basis = exponential_basis(depths, RATE_GRID)
+  basis = basis - basis.mean(1, keepdims=True)
+  y = np.asarray(growth_SN, float)
+  y = y - y.mean(1, keepdims=True)
+  explained = (y @ basis.T) ** 2 / np.sum(basis ** 2, 1)  # seed x rate: the least squares' drop in residual
+  return RATE_GRID[np.argmax(explained, 1)]
+
+
+def best_fits(depths, growth_SN, rates_S) -> np.ndarray:
+  """Each seed's fitted curve a + b (e^{r̂D} - 1) / r̂ at its own rate."""
+  y = np.asarray(growth_SN, float)
+  out = np.empty_like(y)
+  for s, rate in enumerate(rates_S):
+    design = np.stack([np.ones(len(depths)), exponential_basis(depths, [rate])[0]], 1)
+    out[s] = design @ np.linalg.lstsq(design, y[s], rcond=None)[0]
+  return out
+
+
+def level_powers(depths, level_SN) -> np.ndarray:
+  """Per seed, the least-squares exponent p of level ~ a D^p (log-log); NaN for a level <= 0."""
+  x = np.log(np.asarray(depths, float))
+  weights = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+  level = np.asarray(level_SN, float)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    logs = np.where(level > 0, np.log(np.where(level > 0, level, 1.0)), np.nan)
+  return logs @ weights
+
+
+@dataclasses.dataclass(frozen=True)
+class Curves:
+  """One arm's per-seed values over the depths: growth above init for RATE, the level else."""
+  depths: tuple
+  values_SN: np.ndarray  # seed x depth
+  margin: float = math.nan  # a rate claim's `min_rate`: the null at the margin
+
+  def statistic(self, metric) -> np.ndarray:
+    return fitted_rates(self.depths, self.values_SN) if metric == RATE else level_powers(self.depths, self.values_SN)
+
+  def noise(self, metric) -> float:
+    """The pooled spread of the seeds around their own fits: relative (RATE, 3 parameters a
+    seed) or in log level (2 parameters)."""
+    seeds, depths = self.values_SN.shape
+    if metric == RATE:
+      fits = best_fits(self.depths, self.values_SN, self.statistic(metric))
+      return float(np.sqrt(np.sum((self.values_SN / fits - 1) ** 2) / (seeds * (depths - 3))))
+    x, logs = np.log(np.asarray(self.depths, float)), np.log(self.values_SN)
+    residual = logs - np.array([np.polyval(np.polyfit(x, row, 1), x) for row in logs])
+    return float(np.sqrt(np.sum(residual ** 2) / (seeds * (depths - 2))))
+
+  def nulls(self, claim) -> list:
+    """A rate: affine curves (the seeds' mean affine fit) and curves at the `min_rate` margin;
+    an exponent: curves exactly at the claim's bound."""
+    if claim.metric == RATE:
+      return [lambda claim, rng: self._bent(0.0, rng), lambda claim, rng: self._bent(self.margin, rng)]
+    return [lambda claim, rng: self._power(claim.at_most, rng)]
+
+  def alternative(self, claim, rng) -> "Curves":
+    return self._bent(claim.power_at, rng) if claim.metric == RATE else self._power(claim.power_at, rng)
+
+  def _bent(self, rate: float, rng) -> "Curves":
+    """Curves a + b (e^{rD} - 1) / r through the seeds' mean affine fit at the shallowest and the
+    deepest depth, times 1 + N(0, the data's relative noise) per seed and depth."""
+    d = np.asarray(self.depths, float)
+    slope, intercept = np.polyfit(d, self.values_SN.mean(0), 1)
+    ends = intercept + slope * d[[0, -1]]
+    shape = exponential_basis(d, [rate])[0]
+    curve = ends[0] + (ends[1] - ends[0]) * (shape - shape[0]) / (shape[-1] - shape[0])
+    noise = rng.normal(0, self.noise(RATE), self.values_SN.shape)
+    return dataclasses.replace(self, values_SN=curve * (1 + noise))
+
+  def _power(self, exponent: float, rng) -> "Curves":
+    """Curves A D^exponent (A the seeds' geometric mean level at the geometric mean depth) times
+    e^{N(0, the data's log noise)} per seed and depth."""
+    x, logs = np.log(np.asarray(self.depths, float)), np.log(self.values_SN)
+    centre = logs.mean() + exponent * (x - x.mean())
+    return dataclasses.replace(self, values_SN=np.exp(centre + rng.normal(0, self.noise(LEVEL), logs.shape)))
+
+
+def decide(claim, protocol, data: Curves) -> Verdict:
+  """The claim's three-way verdict from the Welch interval of its per-seed statistic."""
+  values = data.statistic(claim.metric)
+  if not np.all(np.isfinite(values)):
+    return Verdict(claim, NOT_TESTABLE, (), None, "a level > 0 at every depth (an exponent of D^p)")
+  mean, low, high = intervals.mean_interval(values, protocol, np.random.default_rng(protocol.bootstrap_seed))
+  if claim.metric == RATE:
+    bound = protocol.threshold("min_rate")
+    effect = Effect("as configured", mean, low, high, len(values), "rate r̂ of a + b(e^{rD} − 1)/r, per layer")
+    verdict = REPRODUCED if low > bound else CONTRADICTED if high < bound else INCONCLUSIVE
+  else:
+    bound = claim.at_most
+    effect = Effect("as configured", mean, low, high, len(values), "exponent p of the level's D^p")
+    verdict = REPRODUCED if high <= bound + ROUNDING else CONTRADICTED if low > bound else INCONCLUSIVE
+  return Verdict(claim, verdict, (effect,), None, f"{protocol.interval:.0%} Welch t-interval over "
+                                                  f"{len(values)} seeds against {bound:g}")
