@@ -98,9 +98,12 @@ PROTOCOL = Protocol(
 #   through the code that judges it (nplace/studies/growth_curves.py).
 # - `exponential_rate`: per seed, the growth above init y(D) fitted by least squares to
 #   a + b (e^{rD} - 1) / r (a + b D at r = 0), r profiled over -0.1 .. 0.3 per layer in steps of
-#   0.0005 (growth_curves.RATE_GRID). Reproduced when the Welch interval of r̂ over the seeds lies
-#   above `min_rate`, contradicted when it lies below, inconclusive otherwise. An affine curve is
-#   fitted best at r = 0 whatever its intercept. Its nulls: the seeds' mean affine fit, and curves
+#   0.0005 (growth_curves.RATE_GRID), over rising fits only (b > 0). Reproduced when the Welch
+#   interval of r̂ over the seeds lies above `min_rate` and the seeds' mean r̂ over all but the
+#   deepest depth does too (the depths double, so one deep point can carry a bend); contradicted
+#   when the interval lies below `min_rate`, inconclusive otherwise; an r̂ at the grid's edge is
+#   censored (that edge cannot count against the claim it bounds). An affine curve is fitted
+#   best at r = 0 whatever its intercept. Its nulls: the seeds' mean affine fit, and curves
 #   at `min_rate`; its power: curves at `power_at`, each with the seeds' own relative noise.
 # - `level_power_at_most` (`level_variance_power_at_most`): per seed the exponent p of the top
 #   layer's level at the horizon (mean |h|; entry-wise variance), not its growth above init, as
@@ -122,7 +125,7 @@ PROTOCOL_V3 = Protocol(
             "again on the probes at 1/4 and 1/2 of the run, snapshots of one cosine schedule, "
             "not shorter budgets. Fixed before any run of this version.",
     seeds=3, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95, interval_method=WELCH_T,
-    verdicts=THREE_WAY, horizons=(0.25, 0.5, 1.0),
+    verdicts=THREE_WAY, horizons=(0.25, 0.5, 1.0), depths=DEPTHS_V3,
     thresholds=(
         Threshold("min_rate", 0.02, "the smallest rate r, per layer, called exponential (the interval's "
                                     "low end must clear it): at r = 0.02 the growth's per-layer increment at "

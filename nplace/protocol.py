@@ -123,6 +123,7 @@ class Protocol:
   # seed's maximum stable rate is the largest at which it learned.
   stable_needs_no_blow_up: bool = False
   horizons: tuple[float, ...] = (1.0,)  # fractions of the run at which every verdict is judged
+  depths: tuple[int, ...] | None = None  # growth over depth: the depths its fits are over; None: the grid's
   arms: dict | None = None  # label -> overrides; None: the grid module's ARMS
   lab: "Protocol | None" = None  # the lab protocol that ranks the lab's predictions on this grid
   # A lab protocol's bootstrap resamples the configurations as well as each one's seeds: rho's

@@ -163,7 +163,8 @@ class SeedMeasures:
     self.arms = [a for a in arms if a in self.points]
     self.shapes = [self.SHAPE]
     self.seeds = sorted({seed for points in self.points.values() for _, seed in points}, key=str)
-    self.depths = sorted({depth for points in self.points.values() for depth, _ in points})
+    self.depths = sorted({depth for points in self.points.values() for depth, _ in points
+                          if protocol.depths is None or depth in protocol.depths})
     # The power statement belongs to the design, not to the part of it filed so far.
     self.declared_depths = sorted({int(o[DEPTH]) for o in expected if DEPTH in o}) or self.depths
     self.missing = {}

@@ -39,14 +39,22 @@ def exponential_basis(depths, rates) -> np.ndarray:
 
 
 def fitted_rates(depths, growth_SN) -> np.ndarray:
-  """Per seed (rows of growth_SN, one column per depth), the rate r̂ of RATE_GRID whose fit of
-  a + b (e^{rD} - 1) / r leaves the least squared residual."""
+  """Per seed (rows of growth_SN, one column per depth), the rate r̂ of RATE_GRID whose rising fit
+  (b > 0) of a + b (e^{rD} - 1) / r leaves the least squared residual; RATE_GRID's lowest where
+  no fit rises (a falling curve is no growth)."""
   basis = exponential_basis(depths, RATE_GRID)
   basis = basis - basis.mean(1, keepdims=True)
   y = np.asarray(growth_SN, float)
   y = y - y.mean(1, keepdims=True)
-  explained = (y @ basis.T) ** 2 / np.sum(basis ** 2, 1)  # seed x rate: the least squares' drop in residual
+  projection = y @ basis.T  # seed x rate: b's sign, and the least squares' drop in residual
+  explained = np.where(projection > 0, projection ** 2 / np.sum(basis ** 2, 1), -np.inf)
   return RATE_GRID[np.argmax(explained, 1)]
+
+
+def shallow_rate(depths, growth_SN) -> float:
+  """The seeds' mean r̂ over all but the deepest depth: the depths double, so the deepest point
+  alone can carry a bend, and a rate must show without it too."""
+  return float(np.mean(fitted_rates(depths[:-1], np.asarray(growth_SN, float)[:, :-1])))
 
 
 def best_fits(depths, growth_SN, rates_S) -> np.ndarray:
@@ -80,12 +88,14 @@ class Curves:
     return fitted_rates(self.depths, self.values_SN) if metric == RATE else level_powers(self.depths, self.values_SN)
 
   def noise(self, metric) -> float:
-    """The pooled spread of the seeds around their own fits: relative (RATE, 3 parameters a
-    seed) or in log level (2 parameters)."""
+    """The pooled spread of the seeds around their own fits: in units of the seeds' mean growth's
+    range over the depths (RATE, 3 parameters a seed; a ratio to the fit would blow up where the
+    growth crosses zero), or in log level (2 parameters)."""
     seeds, depths = self.values_SN.shape
     if metric == RATE:
-      fits = best_fits(self.depths, self.values_SN, self.statistic(metric))
-      return float(np.sqrt(np.sum((self.values_SN / fits - 1) ** 2) / (seeds * (depths - 3))))
+      fits = best_fits(self.depths, self.values_SN, fitted_rates(self.depths, self.values_SN))
+      spread = np.ptp(self.values_SN.mean(0))
+      return float(np.sqrt(np.sum((self.values_SN - fits) ** 2) / (seeds * (depths - 3))) / spread)
     x, logs = np.log(np.asarray(self.depths, float)), np.log(self.values_SN)
     residual = logs - np.array([np.polyval(np.polyfit(x, row, 1), x) for row in logs])
     return float(np.sqrt(np.sum(residual ** 2) / (seeds * (depths - 2))))
@@ -102,14 +112,14 @@ class Curves:
 
   def _bent(self, rate: float, rng) -> "Curves":
     """Curves a + b (e^{rD} - 1) / r through the seeds' mean affine fit at the shallowest and the
-    deepest depth, times 1 + N(0, the data's relative noise) per seed and depth."""
+    deepest depth, plus N(0, the data's noise times the curve's range) per seed and depth."""
     d = np.asarray(self.depths, float)
     slope, intercept = np.polyfit(d, self.values_SN.mean(0), 1)
     ends = intercept + slope * d[[0, -1]]
     shape = exponential_basis(d, [rate])[0]
     curve = ends[0] + (ends[1] - ends[0]) * (shape - shape[0]) / (shape[-1] - shape[0])
-    noise = rng.normal(0, self.noise(RATE), self.values_SN.shape)
-    return dataclasses.replace(self, values_SN=curve * (1 + noise))
+    noise = rng.normal(0, self.noise(RATE) * abs(ends[1] - ends[0]), self.values_SN.shape)
+    return dataclasses.replace(self, values_SN=curve + noise)
 
   def _power(self, exponent: float, rng) -> "Curves":
     """Curves A D^exponent (A the seeds' geometric mean level at the geometric mean depth) times
@@ -121,6 +131,8 @@ class Curves:
 
 def decide(claim, protocol, data: Curves) -> Verdict:
   """The claim's three-way verdict from the Welch interval of its per-seed statistic."""
+  if not np.all(np.isfinite(data.values_SN)):
+    return Verdict(claim, NOT_TESTABLE, (), None, "a finite value at every depth and seed")
   values = data.statistic(claim.metric)
   if not np.all(np.isfinite(values)):
     return Verdict(claim, NOT_TESTABLE, (), None, "a level > 0 at every depth (an exponent of D^p)")
@@ -128,7 +140,11 @@ def decide(claim, protocol, data: Curves) -> Verdict:
   if claim.metric == RATE:
     bound = protocol.threshold("min_rate")
     effect = Effect("as configured", mean, low, high, len(values), "rate r̂ of a + b(e^{rD} − 1)/r, per layer")
-    verdict = REPRODUCED if low > bound else CONTRADICTED if high < bound else INCONCLUSIVE
+    # an r̂ at the grid's edge is censored: the true rate may lie beyond it
+    held = (low > bound + ROUNDING and not np.any(values <= RATE_GRID[0])
+            and shallow_rate(data.depths, data.values_SN) > bound)
+    against = high < bound - ROUNDING and not np.any(values >= RATE_GRID[-1])
+    verdict = REPRODUCED if held and not against else CONTRADICTED if against else INCONCLUSIVE
   else:
     bound = claim.at_most
     effect = Effect("as configured", mean, low, high, len(values), "exponent p of the level's D^p")
