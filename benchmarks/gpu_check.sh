@@ -7,8 +7,10 @@
 # the projected time of the whole gpu tier, 350 trials (benchmarks/cell_overhead.py). Each stage
 # prints as it goes; one table of whatever finished comes last.
 #
-#   ../shared/tools/device-bundle                # here, once: the wheels the GPU image lacks, in .whl/
-#   run(carry=[".whl"], command="bash benchmarks/gpu_check.sh", timeout_s=420)   # the device call
+#   .whl/: Python 3.12 x86-64 wheels of what the GPU image lacks (grain, ml_collections, tensorboardX,
+#     rouge_score, nltk, array_record, dm-tree, portpicker; `pip download --only-binary=:all:
+#     --python-version 3.12 -d .whl PKG==VERSION`, the versions of .venv), made once, carried along
+#   bash benchmarks/gpu_check.sh                 # on the GPU machine, from the project root
 #   GPU_CHECK_SMOKE=1 PYTHON=.venv/bin/python bash benchmarks/gpu_check.sh       # the plumbing, on a CPU
 #
 # Stages, each under `timeout` (its cap, or what is left of the 350 s when less; a stage with
@@ -44,7 +46,7 @@ if [[ ${GPU_CHECK_SMOKE:-} == 1 ]]; then
   torch_124m=eager torch_15b=eager
 else
   if ! ls .whl/*.whl >/dev/null 2>&1; then
-    echo "gpu_check: no .whl/: run ../shared/tools/device-bundle here, and carry [\".whl\"]"; exit 1
+    echo "gpu_check: no .whl/: the wheels the GPU image lacks (this script's header), beside it"; exit 1
   fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && ln -sfn ../experiments nplace/experiments && export PYTHONPATH=/tmp/site:$PWD || exit 1
