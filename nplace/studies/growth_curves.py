@@ -22,13 +22,13 @@ import math
 import numpy as np
 
 from nplace.studies import intervals
-from nplace.studies.verdict import CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, Effect, Verdict
+from nplace.studies.verdict import (CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, ROUNDING, Effect, Verdict,
+                                   reading)
 
 RATE, LEVEL, LEVEL_VARIANCE = "exponential_rate", "level_power_at_most", "level_variance_power_at_most"
 METRICS = (RATE, LEVEL, LEVEL_VARIANCE)
 QUANTITY = {RATE: "mean_abs", LEVEL: "mean_abs", LEVEL_VARIANCE: "var_entry"}
 RATE_GRID = np.round(np.linspace(-0.1, 0.3, 801), 6)  # per layer, in steps of 0.0005; holds 0 exactly
-ROUNDING = 1e-9  # an exactly D^bound curve fits p = bound to rounding
 
 
 def exponential_basis(depths, rates) -> np.ndarray:
@@ -144,7 +144,7 @@ def decide(claim, protocol, data: Curves) -> Verdict:
     held = (low > bound + ROUNDING and not np.any(values <= RATE_GRID[0])
             and shallow_rate(data.depths, data.values_SN) > bound)
     against = high < bound - ROUNDING and not np.any(values >= RATE_GRID[-1])
-    verdict = REPRODUCED if held and not against else CONTRADICTED if against else INCONCLUSIVE
+    verdict = reading(held, against)
   else:
     bound = claim.at_most
     effect = Effect("as configured", mean, low, high, len(values), "exponent p of the level's D^p")

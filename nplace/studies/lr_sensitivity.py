@@ -25,6 +25,7 @@ import numpy as np
 from nplace.studies import outcomes, results
 
 LR, SEED = "optim.lr", "seed"
+EVERY_RATE = "every rate"  # a `Point.at` / `Measures.of` rate: not one rate (a rate may be None: no sweep)
 SHAPE_KEYS = (("model.n_layer", "depth"), ("model.d_model", "width"))
 
 
@@ -55,9 +56,9 @@ class Point:
   def failed(self) -> bool:
     return self.outcome != outcomes.LEARNED
 
-  def at(self, arm, shape, lr=None) -> bool:
+  def at(self, arm, shape, lr=EVERY_RATE) -> bool:
     """Whether the point is the arm's in the shape (at the rate, when one is given)."""
-    return (self.arm, self.shape) == (arm, shape) and lr in (None, self.lr)
+    return (self.arm, self.shape) == (arm, shape) and (lr == EVERY_RATE or lr == self.lr)
 
 
 def at_horizon(trial, step: int):
@@ -111,12 +112,12 @@ class Measures:
       if arm is not None and key not in run:
         self.missing[key[1]] = self.missing.get(key[1], 0) + 1
 
-  def of(self, arm, shape, lr=None) -> list[Point]:
+  def of(self, arm, shape, lr=EVERY_RATE) -> list[Point]:
     """The arm's points in the shape (at the rate, when one is given)."""
     return [p for p in self.points if p.at(arm, shape, lr)]
 
   def cell(self, arm, shape, seed, lr) -> Point | None:
-    return next((p for p in self.of(arm, shape, lr) if (p.seed, p.lr) == (seed, lr)), None)
+    return next((p for p in self.of(arm, shape, lr) if p.seed == seed), None)
 
   def final_loss(self, point: Point) -> float:
     """The final val loss, NaN for a diverged run (so every cap treats it as the cap)."""
@@ -172,7 +173,7 @@ class Measures:
     mine = [p for p in self.points if p.arm == arm and shape in (None, p.shape)]
     return sum(p.outcome == outcomes.DIVERGED for p in mine), len(mine)
 
-  def blow_ups(self, arm: str, shape: str, lr: float | None = None) -> list:
+  def blow_ups(self, arm: str, shape: str, lr=EVERY_RATE) -> list:
     """The transient blow-ups (above the loss at init, then recovered: outcomes.blow_up) of the
     arm's runs in the shape (at one rate, or all)."""
     found = [outcomes.blow_up(p.trial.summary, p.trial.loss, p.trial.warmup) for p in self.of(arm, shape, lr)
@@ -181,7 +182,7 @@ class Measures:
 
   def counts(self, arm: str, shape: str, lr: float) -> dict:
     """Outcome class -> runs, over the seeds at one grid point."""
-    found = [p.outcome for p in self.points if p.at(arm, shape) and p.lr == lr]
+    found = [p.outcome for p in self.of(arm, shape, lr)]
     return {c: found.count(c) for c in outcomes.CLASSES}
 
   def mean_curve(self, arm: str, shape: str) -> tuple[np.ndarray, np.ndarray]:
@@ -190,7 +191,7 @@ class Measures:
     lrs, means = [], []
     cap = self.cap(arm, shape, "init") if self.protocol.diverged_at_cap else None
     for lr in self.lrs:
-      losses = [self.final_loss(p) for p in self.points if p.at(arm, shape) and p.lr == lr]
+      losses = [self.final_loss(p) for p in self.of(arm, shape, lr)]
       kept = [x if math.isfinite(x) else cap for x in losses if math.isfinite(x) or cap is not None]
       if kept:
         lrs.append(lr), means.append(np.mean(kept))

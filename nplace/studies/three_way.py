@@ -43,12 +43,11 @@ import numpy as np
 
 from nplace.protocol import PERMUTATION, STRATIFIED
 from nplace.studies import exact, growth_curves, intervals
-from nplace.studies.verdict import CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, Effect, Verdict, partly_run
+from nplace.studies.verdict import NOT_TESTABLE, REPRODUCED, ROUNDING, Effect, Verdict, partly_run, reading
 
 CONTINUOUS = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")
 METRICS = CONTINUOUS + ("divergences", "failure_rate", "fails_more") + growth_curves.METRICS
 DRAWS = 200  # samples drawn for a claim's false-positive rate and for its power
-ROUNDING = 1e-9  # how far past its margin an interval must lie: alike seeds land on it to the last bit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,8 +150,7 @@ def sample(claim, protocol, measures):
     top = -math.log10(max(measures.lrs)) if claim.metric == "max_stable_lr" else None
     return Shifts(by_shape, -gap if claim.matches else gap, top) if by_shape else "every shape run"
   if claim.metric == "failure_rate":
-    found = [p.failed for shape in measures.shapes for p in measures.of(claim.arm, shape, claim.lr)
-             if p.lr == claim.lr]
+    found = [p.failed for shape in measures.shapes for p in measures.of(claim.arm, shape, claim.lr)]
     never = next((t.value for t in protocol.thresholds if t.name == "never_rate"), math.nan)
     return Rate(np.array(found, bool), never) if found else f"runs of {claim.arm} at lr {claim.lr:g}"
   rates = measures.lrs if claim.metric == "divergences" else [claim.lr]
@@ -161,18 +159,14 @@ def sample(claim, protocol, measures):
   by_stratum = {}
   for shape in measures.shapes:
     for lr in rates:
-      worse = [failed(p) for p in measures.of(claim.worse, shape) if p.lr == lr]
-      better = [failed(p) for p in measures.of(claim.better, shape) if p.lr == lr]
+      worse = [failed(p) for p in measures.of(claim.worse, shape, lr)]
+      better = [failed(p) for p in measures.of(claim.better, shape, lr)]
       if worse and better:
         key = "the grid" if pooled else (shape, lr)
         old_worse, old_better = by_stratum.get(key, (np.zeros(0, bool), np.zeros(0, bool)))
         by_stratum[key] = (np.concatenate([old_worse, worse]).astype(bool),
                            np.concatenate([old_better, better]).astype(bool))
   return Counts(by_stratum) if by_stratum else "runs of both arms at a common rate"
-
-
-def _three(held: bool, against: bool) -> str:
-  return REPRODUCED if held and not against else CONTRADICTED if against else INCONCLUSIVE
 
 
 def decide(claim, protocol, data, family=()) -> Verdict:
@@ -211,7 +205,7 @@ def _decide_shifts(claim, protocol, data: Shifts) -> Verdict:
     effects.append(Effect(shape, mean, low, high, n, f"worse − better, {unit}"))
     tolerance = ROUNDING * max(1.0, abs(margin))
     held.append(low > margin + tolerance), against.append(high < margin - tolerance)
-  verdict = _three(all(held), any(against))
+  verdict = reading(all(held), any(against))
   method = ("exact permutation tests at " + f"{alpha:g} each way: " + "; ".join(notes)
             if claim.method == PERMUTATION else
             f"{protocol.interval:.0%} {protocol.interval_method} intervals against {margin:g} {unit}")
@@ -228,9 +222,9 @@ def _decide_rate(claim, protocol, data: Rate) -> Verdict:
   low, high = exact.rate_interval(failed, runs, protocol.interval)
   effect = Effect(f"lr {claim.lr:g}", failed / runs, low, high, runs, "failure rate [Clopper-Pearson]")
   if claim.seed_rate > 0:
-    verdict = _three(low > 0, not low <= claim.seed_rate <= high)
+    verdict = reading(low > 0, not low <= claim.seed_rate <= high)
   else:
-    verdict = _three(high < data.never_rate, low >= data.never_rate)
+    verdict = reading(high < data.never_rate, low >= data.never_rate)
   return Verdict(claim, verdict, (effect,), None, f"{failed} of {runs} failed; the seed's rate {claim.seed_rate:g}"
                  + ("" if claim.seed_rate > 0 else f", counted as none below {data.never_rate:g}"))
 
@@ -247,7 +241,7 @@ def _decide_counts(claim, protocol, data: Counts, family) -> Verdict:
   level = protocol.threshold("failure_p")
   if all(t[0] + t[2] in (0, t[1] + t[3]) for t in table):
     how += "; every run of both arms failed, or none did, wherever both ran: no test can decide"
-  verdict = _three(p_for < level, p_against < level)
+  verdict = reading(p_for < level, p_against < level)
   return Verdict(claim, verdict, (), (b, w), f"{how}: p = {p_for:.3g} that {claim.worse} fails more, "
                                              f"{p_against:.3g} less; level {level:g}")
 

@@ -6,6 +6,13 @@ from nplace.protocol import Claim, LabClaim
 
 REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable at this tier"
 CONTRADICTED, INCONCLUSIVE = "contradicted", "inconclusive"
+ROUNDING = 1e-9  # how far past its bound a three-way statistic must lie: alike seeds land on it to the last bit
+
+
+def reading(held: bool, against: bool) -> str:
+  """Reproduced where the test clears the claim's margin its way (and not the other), contradicted
+  where it clears it the other way, inconclusive where it does neither."""
+  return REPRODUCED if held and not against else CONTRADICTED if against else INCONCLUSIVE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,7 @@ class Section:
   arg: str
   protocol: protocol_lib.Protocol
   key: str  # the prefix of its figures' names
+  scale: tuple  # tables.scale of the study: its models' parameter counts, the tokens a trial
 
   @property
   def tier(self) -> str:
@@ -141,7 +142,7 @@ def _head(s: Section) -> list[str]:
   return [
       f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`"
       + (f" (protocol {own.version}'s trials, re-judged)" if rejudged else ""),
-      tables.scale_line(s.module, s.arg, study),
+      tables.scale_line(s.module, s.arg, study, s.scale),
       *([f"Version {protocol.version}'s rules on the trials version {own.version} ran (a new verdict beside "
          f"version {own.version}'s, which stands): a claim whose arm or probes those trials lack is not testable."]
         if rejudged else []),
@@ -181,10 +182,11 @@ def _verdicts(s: Section, measures, by_horizon) -> list[str]:
           tables.sensitivity_table(protocol, s.measures)]
 
 
-def _scale_summary(sections) -> str:
-  """The page's first two sentences: the scale every verdict below was reached at."""
+def _scale_summary(sections, scales: dict) -> str:
+  """The page's first two sentences: the scale every verdict below was reached at (`scales`:
+  each study's, by its path)."""
   studies = {study.path: (study, module, arg) for study, module, arg, _ in sections}.values()
-  found = [tables.scale(module, arg, study) for study, module, arg in studies]
+  found = list(scales.values())
   params = sorted(p for ps, _ in found for p in ps)
   tokens = sorted(t for _, t in found)
   sources = sorted({module.get_config(arg).data.source for _, module, arg in studies})
@@ -211,18 +213,19 @@ def write(results_dir, repo=None) -> pathlib.Path:
   for old in (results_dir / "figures").glob("*.png"):
     old.unlink()
   filed = {study.path.name: study for study in results.studies(results_dir)}
-  sections = []
+  sections, scales = [], {}
   for study in filed.values():
     module, arg = results.grid_module(study, repo)
     judged = results.with_reused(study, module, arg, filed)
+    scales[judged.path] = tables.scale(module, arg, judged)  # one per study: each model is built to count it
     sections += [(judged, module, arg, protocol) for protocol in protocols_of(module, arg)]
-  parts = [GENERATED, "# Results", _scale_summary(sections),
+  parts = [GENERATED, "# Results", _scale_summary(sections, scales),
            "Each study below is judged by the protocol its grid file declares (claims, metrics, "
            "thresholds, seeds: fixed before its runs). `nplace report --results results/ SWEEP_DIR` "
            "files a finished sweep here and regenerates this page."]
   for i, (study, module, arg, protocol) in enumerate(sections):
     key = f"{i}_{pathlib.Path(study.path).name}"
-    parts.append(study_section(Section(page, study, module, arg, protocol, key)))
+    parts.append(study_section(Section(page, study, module, arg, protocol, key, scales[study.path])))
   if (results_dir / "v0" / "README.md").is_file():
     parts += ["## Earlier results", EARLIER]
   path = results_dir / "README.md"

@@ -201,7 +201,7 @@ def outcome_table(protocol, measures) -> str:
   for shape in measures.shapes:
     for arm in measures.arms:
       for lr in measures.lrs:
-        entries = [p for p in measures.of(arm, shape) if p.lr == lr]
+        entries = measures.of(arm, shape, lr)
         if not entries:
           continue
         counts = measures.counts(arm, shape, lr)
@@ -222,7 +222,7 @@ def fixed_rates_table(protocol, measures) -> str:
   for shape in measures.shapes:
     for lr in measures.lrs:
       for arm in measures.arms:
-        points = [p for p in measures.of(arm, shape) if p.lr == lr]
+        points = measures.of(arm, shape, lr)
         if not points:
           continue
         failed = sum(p.failed for p in points)

@@ -28,9 +28,10 @@ def corpus(module, arg: str, study) -> str:
           f"tokens, entropy rate {rate:.2f} nats)")
 
 
-def scale_line(module, arg: str, study) -> str:
-  """One line: the corpus, the models' sizes, the tokens a trial, and what the study stands in for."""
-  params, tokens = scale(module, arg, study)
+def scale_line(module, arg: str, study, found) -> str:
+  """One line: the corpus, the models' sizes and the tokens a trial (`found`, the study's
+  `scale`), and what the study stands in for."""
+  params, tokens = found
   sizes = markdown.count(params[0]) + ("" if len(params) == 1 else f" to {markdown.count(params[-1])}")
   return (f"**Scale**: {corpus(module, arg, study)}; models of {sizes} parameters, {markdown.count(tokens)} "
           f"tokens a trial: a small-scale proxy of the seed's claim about {module.SEED_SETTING}.")
