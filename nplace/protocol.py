@@ -92,8 +92,9 @@ class LabClaim:
   configurations (nplace/studies/ranking.py), not between arms."""
   id: str
   statement: str
-  metric: str  # rho_above_zero | rho_at_target | max_lr_right
+  metric: str  # rho_above_zero | rho_at_target | max_lr_right | max_lr_rho_above_zero | right_more_than | ranks_better_than
   source: str = SEED_CLAIM
+  baseline: str | None = None  # the rule a *_than claim compares with: a key of the grid file's LAB_BASELINES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +130,11 @@ class Protocol:
   # A lab protocol's bootstrap resamples the configurations as well as each one's seeds: rho's
   # interval then covers another choice of configurations, not only other seeds.
   resample_configurations: bool = False
+  # Study B: the steps its probes are read at for the sustained claims (starved at each), fixed
+  # whatever the run's length and probing; None: every probe (nplace/studies/collapse.py).
+  read_steps: tuple[int, ...] | None = None
+  # Study B: a mechanism claim holds only if no escaping run of the grid holds it too.
+  mechanisms_separate: bool = False
 
   def threshold(self, name: str) -> float:
     return next(t.value for t in self.thresholds if t.name == name)

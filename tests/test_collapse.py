@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from nplace import protocol as p
-from nplace.studies import collapse, judge, results, verdict
+from nplace.studies import collapse, grid, judge, results, verdict
+from nplace.studies.report import tables
 from nplace.studies.results import Trial
 from nplace.train.summary import Summary
 
@@ -107,23 +108,24 @@ PROTOCOL_V2 = p.Protocol("collapse", 2, p.COLLAPSE_MECHANISMS, "", 3, 0, 0, 0.95
 
 
 def trial_v2(arm, seed, *, plateau=0.02, top=(0.995, 0.995), factors=(0.8, 0.7), site_factor=0.5, ratios=(1.0, 1e-3, 1e-3),
-             steps=STEPS, plateau_from=1000):
+             steps=STEPS, plateau_from=1000, arms=ARMS_V2):
   """A run at the frequency loss + 3 until `plateau_from`, then `plateau` above it; at init the
   top block's raw and centered similarity `top`; the mean backward factor (sites after the first)
   going through `factors` (the last probe's `factors[-1]`), every site past the first two at
-  `site_factor`; |dL/dh_1| / |dL/dh_L| = `ratios` at the probe `steps`."""
+  `site_factor` (or at its value per probe); |dL/dh_1| / |dL/dh_L| = `ratios` at the probe `steps`."""
   loss = [(s, FREQ + 3 if s < plateau_from else FREQ + plateau) for s in range(10, 2010, 10)]
   n = len(steps)
   mean = list(np.interp(range(n), [0, n - 1], factors))
   # the first site reads the embedding; site 2 sets the mean of sites 2..8 to `mean` with sites 3..8 at site_factor
-  norm_backward = [[5.0, 7 * m - 6 * site_factor] + [site_factor] * (2 * DEPTH - 2) for m in mean]
+  norm_backward = [[5.0, 7 * m - 6 * f] + [f] * (2 * DEPTH - 2) for m, f in zip(mean, np.broadcast_to(site_factor, n))]
   similarity = [[0.2, 0.3, 0.5, top[0]]] * n
   centered = [[0.1, 0.2, 0.3, top[1]]] * n
   probes = {"similarity": {"steps": steps, "values": similarity},
             "similarity_centered": {"steps": steps, "values": centered},
             "grad_h": {"steps": steps, "values": [[r, 0.5, 0.8, 1.0] for r in ratios]},
-            ("norm_in_backward" if arm == "Pre" else "norm_backward"): {"steps": steps, "values": norm_backward}}
-  overrides = {**ARMS_V2[arm], "seed": seed}
+            ("norm_backward" if arms[arm]["model.placement"] == "post" else "norm_in_backward"):
+                {"steps": steps, "values": norm_backward}}
+  overrides = {**arms[arm], "seed": seed}
   return Trial(f"{arm},{seed}", overrides, Summary(step=2000, val_loss=FREQ + plateau, frequency_loss=FREQ,
                                                     entropy_rate=ENTROPY), loss, 100, 512, probes)
 
@@ -217,6 +219,56 @@ def test_too_small_a_share_does_not_account_for_the_starvation():
   assert found.effects[0].low == pytest.approx(6 * math.log10(0.5) / -5)
 
 
+# --- protocol 3: a mechanism claim holds only where the escaping runs fail it ---
+
+COLLAPSE_GRID = grid.load_module(pathlib.Path(__file__).resolve().parent.parent / "experiments" / "collapse.py")
+STEPS_V3 = [0, 250, *COLLAPSE_GRID.READ_STEPS]  # 0, 250, 500, 1000, 1500, 2000
+
+
+def textbook_v3():
+  """Post-LN starved for good from step 250 (its norms alone lose 6 decades), its loss on the
+  plateau from 1000; every other arm escapes with its gradient and factors kept."""
+  post = dict(ratios=(1.0, 1e-6, 1e-7, 1e-7, 1e-7, 1e-7), site_factor=(1.0, 0.1, 0.1, 0.1, 0.1, 0.1),
+              factors=(0.8, 0.7))
+  escaping = dict(plateau=-1.5, top=(0.5, 0.3), factors=(0.9, 0.88), ratios=(2, 0.5, 0.5, 0.5, 0.5, 0.5))
+  return [trial_v2(arm, s, steps=STEPS_V3, arms=COLLAPSE_GRID.ARMS,
+                   **(post if arm == "Post-LN" else escaping)) for arm in COLLAPSE_GRID.ARMS for s in range(3, 6)]
+
+
+def verdicts_v3(trials):
+  protocol = COLLAPSE_GRID.PROTOCOL_V3
+  return {v.claim.id: v for v in judge.judge(protocol, collapse.Measures(protocol, COLLAPSE_GRID.ARMS, trials))}
+
+
+def test_protocol_3_on_a_textbook_collapse_and_on_an_escaping_run_that_starves_too():
+  found = verdicts_v3(textbook_v3())
+  mechanisms = ("post_clones_at_init", "post_gradient_starves", "post_factor_falls", "post_norms_account",
+                "post_starves_first")
+  assert {k: found[k].verdict for k in mechanisms} == dict.fromkeys(mechanisms, verdict.REPRODUCED)
+  assert found["post_norms_account"].effects[0].mean == pytest.approx(-6)  # 6 sites from 1 to 0.1
+  assert found["post_norms_account"].effects[1].shape == "9 escaping runs"  # the Post-LN arms that escape
+  assert found["post_starves_first"].effects[0].mean == pytest.approx(1000 - 250)
+  # one escaping run whose gradient stays starved too: starvation no longer tells collapse from escape
+  trials = textbook_v3()
+  trials[-1] = trial_v2("Post-LN, small attention at init", 5, plateau=-1.5, top=(0.5, 0.3), factors=(0.9, 0.88),
+                        ratios=(2, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5), steps=STEPS_V3, arms=COLLAPSE_GRID.ARMS)
+  found = verdicts_v3(trials)
+  assert found["post_gradient_starves"].verdict == found["post_starves_first"].verdict == verdict.NOT_REPRODUCED
+  assert "does not separate: 1 of the 15 escaping runs hold it too (Post-LN, small attention at init seed 5)" \
+      in found["post_gradient_starves"].would_change
+  assert found["post_clones_at_init"].verdict == verdict.REPRODUCED
+
+
+def test_a_verdict_that_flips_within_half_to_double_a_threshold_is_marked_fragile():
+  protocol = COLLAPSE_GRID.PROTOCOL_V3
+  trials = textbook_v3()  # Post-LN's factor falls by 0.1, the escaping arms' by 0.02: 0.06 ×2 flips it
+  found = judge.sensitivity(protocol, lambda q: collapse.Measures(q, COLLAPSE_GRID.ARMS, trials))
+  fragile = judge.fragile(protocol, found)
+  assert fragile == {"post_factor_falls": ["`min_factor_fall` ×2"]}
+  row = tables.verdict_table(protocol, [verdicts_v3(trials)["post_factor_falls"]], "cpu", 3, fragile=fragile)
+  assert "**reproduced** (fragile: flips at `min_factor_fall` ×2)" in row
+
+
 def _attention_branch_rms(config, overrides: dict, seed: int) -> np.ndarray:
   """rms of each block's attention sublayer output at init, in the model's own forward pass on
   the probe batch (the first validation rows, as the declaration measured it)."""
@@ -227,7 +279,6 @@ def _attention_branch_rms(config, overrides: dict, seed: int) -> np.ndarray:
   from nplace.model import decoder
   from nplace.probes import inputs
   from nplace.probes.suite import einsum_attention
-  from nplace.studies import grid
 
   config = grid.apply(config, {**overrides, "seed": seed}, "matched control")
   cfg = einsum_attention(ModelConfig.of(config.model))
@@ -244,8 +295,7 @@ def test_the_matched_control_is_as_small_at_init_as_the_centered_arm():
   """The declared scale, measured again on seed 0 at the cpu tier's shape: the softmax branch's
   rms over the centered one's, pooled over the blocks, and the control's own branch against the
   centered one's."""
-  from nplace.studies import grid
-  collapse_grid = grid.load_module(pathlib.Path(__file__).resolve().parent.parent / "experiments" / "collapse.py")
+  collapse_grid = COLLAPSE_GRID
   config = collapse_grid.get_config("cpu")
   pooled = lambda arm: float(np.sqrt(np.mean(np.square(_attention_branch_rms(config, collapse_grid.ARMS[arm], 0)))))
   softmax, centered = pooled("Post-LN"), pooled("Post-LN, centered")

@@ -66,8 +66,8 @@ def main(argv):
   selected = [i for i, t in enumerate(trials) if only is None or only.search(t.name)]
   if not selected:
     raise UsageError(f"--only {fv.only!r} matches none of the {len(trials)} trials")
-  if reused:
-    selected = _without_reused(*reused, trials, selected)
+  for other, names in reused.items():
+    selected = _without_reused(other, names, trials, selected)
   groups = sweep.cells(trials, selected, fv.batch)
   numbers = range(len(groups))
   if fv.cell is not None:

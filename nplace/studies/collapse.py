@@ -26,6 +26,25 @@ Version 2's (the thresholds are its protocol's):
   starves_first          the ratio falls below `max_gradient_ratio` before the train loss
                          reaches its plateau (`plateau_step`), resolved by the probe steps
   escapes_unlike_control `better` escapes and `worse` (the matched-magnitude control) collapses
+Version 3's, read at the protocol's `read_steps` (fixed steps, whatever the run's length and its
+probing): gradient_starves becomes
+  stays_starved          |dL/dh_1| / |dL/dh_L| below `max_gradient_ratio` at every read step
+  gradient_kept          ... at or above it at every read step
+  factor_falls / stays   the fall from init to the last read step
+  norms_starve           the norms' log10 product, by its change from init alone, below
+                         log10 `max_gradient_ratio` at every read step: the norms by themselves
+                         starve the gradient (their share of the change, which no threshold
+                         separates from the escaping arms', is a description beside it)
+  stays_starved_first    the ratio falls below the threshold for good (never back above it at a
+                         later probe) before the loss reaches its plateau: a warmup dip that
+                         recovers is no starvation; not testable without a probe at every read
+                         step ("for good" reaches the last of them)
+A change "from init" is read at step 0, which a run without that probe does not have.
+With `mechanisms_separate`, a claim of a MECHANISMS metric holds only if no escaping trial of the
+grid (any arm, its plateau more than `collapse_margin` below the frequency loss) holds it too:
+a test the escaping runs pass does not tell collapse from escape. It is not testable until every
+arm of the grid is filed, every run's plateau is known, and every escaping run the test applies to
+is measured (the norms' tests apply to a norm on the residual path only).
 
 The accounting: in Post-LN the stream's cotangent passes, sublayer by sublayer, through the
 branch (I + J_F)^T and the norm's backward; with |dL/dz| / |dL/dy| measured at every norm site on
@@ -46,7 +65,11 @@ SEED = "seed"
 BACKWARD = ("norm_backward", "norm_in_backward")
 METRICS = ("collapses", "escapes", "similarity_rises", "similarity_centered_rises", "gradient_starves",
            "gradient_kept", "backward_below_one", "clones", "no_clones", "factor_falls", "factor_stays",
-           "norms_account", "starves_first", "escapes_unlike_control")
+           "norms_account", "starves_first", "escapes_unlike_control", "stays_starved", "norms_starve",
+           "stays_starved_first")
+# What a collapsing arm is claimed to show and an escaping one must not.
+MECHANISMS = ("clones", "gradient_starves", "stays_starved", "factor_falls", "norms_account", "norms_starve",
+              "starves_first", "stays_starved_first")
 STARVED_FIRST, PLATEAU_FIRST, UNRESOLVED = "starved first", "plateau first", "cannot tell"
 
 
@@ -96,10 +119,22 @@ def top_similarity_at_init(trial) -> float:
   return math.nan if None in found else float(min(f[1][0, -1] for f in found))
 
 
-def factor_fall(trial) -> float:
-  """The mean backward factor at init minus at the last probe (positive: it fell)."""
+def at_steps(found, steps) -> np.ndarray | None:
+  """A probed (steps, values) series at the given steps; None where one of them was not probed."""
+  if found is None:
+    return None
+  index = {int(step): i for i, step in enumerate(found[0])}
+  return None if any(step not in index for step in steps) else np.asarray(found[1])[[index[s] for s in steps]]
+
+
+def factor_fall(trial, read_steps=None) -> float:
+  """The mean backward factor at init minus at the last probe, or (`read_steps`) at step 0 minus
+  at the last read step (positive: it fell)."""
   found = backward_factors(trial)
-  return math.nan if found is None or len(found[0]) < 2 else float(found[1][0] - found[1][-1])
+  if found is None or len(found[0]) < 2:
+    return math.nan
+  at = found[1][[0, -1]] if read_steps is None else at_steps(found, (0, read_steps[-1]))
+  return math.nan if at is None else float(at[0] - at[1])
 
 
 def residual_norms(trial) -> bool:
@@ -166,16 +201,42 @@ class Order:
     return PLATEAU_FIRST if self.last_unstarved is not None and self.plateau <= self.last_unstarved else UNRESOLVED
 
 
-def order_of_events(trial, protocol) -> Order | None:
+def order_of_events(trial, protocol, for_good=False) -> Order | None:
+  """When the gradient starved (first below the threshold; `for_good`: below it from that probe
+  on, never back above) against when the loss reached its plateau. None without the probe, or,
+  `for_good` under a protocol's `read_steps`, without a probe at each of them: "for good" reaches
+  at least the last read step, not only the end of a short run."""
   ratio = gradient_ratios(trial)
-  if ratio is None:
+  if ratio is None or for_good and protocol.read_steps is not None and at_steps(ratio, protocol.read_steps) is None:
     return None
   plateau = plateau_step(trial, protocol.threshold("collapse_margin"), int(protocol.threshold("plateau_window")))
-  below = np.flatnonzero(ratio[1] < protocol.threshold("max_gradient_ratio"))
+  starved = ratio[1] < protocol.threshold("max_gradient_ratio")
+  if for_good:  # starved at a probe and at every later one
+    starved = np.flip(np.logical_and.accumulate(np.flip(starved)))
+  below = np.flatnonzero(starved)
   if not len(below):
     return Order(int(ratio[0][-1]), None, plateau)
   first = below[0]
   return Order(int(ratio[0][first - 1]) if first else None, int(ratio[0][first]), plateau)
+
+
+def norms_change(trial, read_steps) -> float:
+  """The largest change from init (step 0), over the read steps, of log10 of the norms' product
+  from h_1 up to h_L (NaN off the residual path, or without a probe at step 0)."""
+  found = accounting(trial)
+  at = None if found is None else at_steps((found.steps, found.norms), (0, *read_steps))
+  return math.nan if at is None else float(np.max(at[1:] - at[0]))
+
+
+def norms_share_of_change(trial, step: int) -> float:
+  """The norms' share of the change from init of log10 |dL/dh_1| / |dL/dh_L| at `step`: a
+  description (the escaping Post-LN arms' is as large), not a claim."""
+  found = accounting(trial)
+  at = None if found is None else at_steps((found.steps, np.stack([found.norms, found.measured], 1)), (step,))
+  if at is None:
+    return math.nan
+  (norms, measured), = at
+  return float((norms - found.norms[0]) / (measured - found.measured[0]))
 
 
 class Measures:
@@ -188,95 +249,176 @@ class Measures:
       if arm is not None:
         self.by_arm.setdefault(arm, []).append(trial)
     self.arms = [a for a in arms if a in self.by_arm]
+    self.grid_arms = tuple(arms)  # every arm of the grid, filed or not: the escaping runs a mechanism must miss
     self.seeds = sorted({t.overrides.get(SEED) for ts in self.by_arm.values() for t in ts}, key=str)
 
-  def missing_seeds(self, arm: str) -> list[int]:
-    """The protocol's seeds (0..seeds-1) of which `arm` has no filed trial."""
+  def missing_seeds(self, arm: str) -> str:
+    """What is missing before every seed of `arm` is filed ('' when nothing is): by name where
+    the protocol's seeds are 0..seeds-1, else by count (a later protocol re-judging them)."""
     filed = {t.overrides.get(SEED) for t in self.by_arm.get(arm, [])}
-    return [s for s in range(self.protocol.seeds) if s not in filed]
+    if not filed:
+      return f"{arm} (no seed filed)"
+    if filed <= set(range(self.protocol.seeds)):
+      missing = [s for s in range(self.protocol.seeds) if s not in filed]
+      return f"{arm} seed{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}" if missing else ""
+    return "" if len(filed) >= self.protocol.seeds else f"{arm}: {len(filed)} of {self.protocol.seeds} seeds"
+
+  def measure(self, metric: str, trial) -> tuple[float, bool]:
+    """(value, whether it holds the claim's test) of `metric` on one trial."""
+    threshold, read_steps = self.protocol.threshold, self.protocol.read_steps
+    if metric in ("collapses", "escapes"):
+      gap, margin = plateau_gap(trial), threshold("collapse_margin")
+      return gap, abs(gap) <= margin if metric == "collapses" else gap < -margin
+    if metric in ("similarity_rises", "similarity_centered_rises"):
+      value = similarity_rise(trial, "similarity" if metric == "similarity_rises" else "similarity_centered")
+      return value, value > threshold("min_similarity_rise")
+    if metric in ("clones", "no_clones"):
+      value, limit = top_similarity_at_init(trial), threshold("clone_similarity")
+      return value, value >= limit if metric == "clones" else value < limit
+    if metric in ("gradient_starves", "gradient_kept", "stays_starved"):
+      ratio = gradient_ratios(trial)
+      if read_steps is not None:
+        ratio = at_steps(ratio, read_steps)
+        ratio = None if ratio is None else (read_steps, ratio)
+      value = math.nan if ratio is None else float(
+          ratio[1].max() if metric == "stays_starved" else ratio[1].min())
+      return value, value >= threshold("max_gradient_ratio") if metric == "gradient_kept" else \
+          value < threshold("max_gradient_ratio")
+    if metric == "backward_below_one":
+      found = backward_factors(trial)
+      value = math.nan if found is None or len(found[0]) < 2 else float(found[1][1:].max())
+      return value, value < 1
+    if metric in ("factor_falls", "factor_stays"):
+      value = factor_fall(trial, read_steps)
+      return value, value > threshold("min_factor_fall") if metric == "factor_falls" else \
+          value <= threshold("min_factor_fall")
+    if metric == "norms_account":
+      found = accounting(trial)
+      value = math.nan if found is None else found.explained(int(np.argmin(found.measured)))
+      return value, value >= threshold("min_explained")
+    if metric == "norms_starve":
+      value = norms_change(trial, read_steps)
+      return value, value < math.log10(threshold("max_gradient_ratio"))
+    if metric in ("starves_first", "stays_starved_first"):
+      order = order_of_events(trial, self.protocol, for_good=metric == "stays_starved_first")
+      value = (math.nan if order is None else -math.inf if order.starved is None else math.nan
+               if order.plateau is None else order.plateau - order.starved)  # -inf: never starved
+      return value, order is not None and order.outcome == STARVED_FIRST
+    raise ValueError(f"collapse metric {metric!r}: expected one of {', '.join(METRICS)}")
 
   def per_seed(self, metric: str, arm: str) -> tuple[list[float], list[bool], str]:
     """(value per seed, held per seed, what the value is) of `metric` for `arm`."""
-    threshold = self.protocol.threshold
-    trials = self.by_arm.get(arm, [])
-    if metric in ("collapses", "escapes"):
-      gaps = [plateau_gap(t) for t in trials]
-      margin = threshold("collapse_margin")
-      held = [abs(g) <= margin if metric == "collapses" else g < -margin for g in gaps]
-      return gaps, held, "plateau − frequency loss, nats"
-    if metric in ("similarity_rises", "similarity_centered_rises"):
-      name = "similarity" if metric == "similarity_rises" else "similarity_centered"
-      values = [similarity_rise(t, name) for t in trials]
-      return values, [v > threshold("min_similarity_rise") for v in values], f"{name} at init, top block − block 1"
-    if metric in ("clones", "no_clones"):
-      values = [top_similarity_at_init(t) for t in trials]
-      limit = threshold("clone_similarity")
-      return values, [v >= limit if metric == "clones" else v < limit for v in values], \
-          "top block's similarity at init, the smaller of raw and centered"
-    if metric in ("gradient_starves", "gradient_kept"):
-      limit = threshold("max_gradient_ratio")
-      ratios = [gradient_ratios(t) for t in trials]
-      values = [math.nan if r is None else float(r[1].min()) for r in ratios]
-      held = [v < limit if metric == "gradient_starves" else v >= limit for v in values]
-      return values, held, "smallest |dL/dh_1| / |dL/dh_L| over the probes"
-    if metric == "backward_below_one":
-      found = [backward_factors(t) for t in trials]
-      values = [math.nan if f is None or len(f[0]) < 2 else float(f[1][1:].max()) for f in found]
-      return values, [v < 1 for v in values], "largest mean backward factor after init"
-    if metric in ("factor_falls", "factor_stays"):
-      values = [factor_fall(t) for t in trials]
-      limit = threshold("min_factor_fall")
-      return values, [v > limit if metric == "factor_falls" else v <= limit for v in values], \
-          "mean backward factor, init − last probe"
-    if metric == "norms_account":
-      values = []
-      for t in trials:
-        found = accounting(t)
-        values.append(math.nan if found is None else found.explained(int(np.argmin(found.measured))))
-      return values, [v >= threshold("min_explained") for v in values], \
-          "the norms' share of log10 |dL/dh_1| / |dL/dh_L| where it is smallest"
-    raise ValueError(f"collapse metric {metric!r}: expected one of {', '.join(METRICS)}")
+    found = [self.measure(metric, t) for t in self.by_arm.get(arm, [])]
+    return [v for v, _ in found], [h for _, h in found], self.what(metric)
+
+  def what(self, metric: str) -> str:
+    read = "at the read steps" if self.protocol.read_steps else "over the probes"
+    return {
+        "collapses": "plateau − frequency loss, nats", "escapes": "plateau − frequency loss, nats",
+        "similarity_rises": "similarity at init, top block − block 1",
+        "similarity_centered_rises": "similarity_centered at init, top block − block 1",
+        "clones": "top block's similarity at init, the smaller of raw and centered",
+        "no_clones": "top block's similarity at init, the smaller of raw and centered",
+        "gradient_starves": f"smallest |dL/dh_1| / |dL/dh_L| {read}",
+        "gradient_kept": f"smallest |dL/dh_1| / |dL/dh_L| {read}",
+        "stays_starved": f"largest |dL/dh_1| / |dL/dh_L| {read}",
+        "backward_below_one": "largest mean backward factor after init",
+        "factor_falls": "mean backward factor, init − " + ("last read step" if self.protocol.read_steps else "last probe"),
+        "factor_stays": "mean backward factor, init − " + ("last read step" if self.protocol.read_steps else "last probe"),
+        "norms_account": "the norms' share of log10 |dL/dh_1| / |dL/dh_L| where it is smallest",
+        "norms_starve": "largest change from init of the norms' log10 product, over the read steps",
+        "starves_first": "plateau step − first starved probe step",
+        "stays_starved_first": "plateau step − the probe step from which it stays starved",
+    }[metric]
+
+  def escaping(self) -> list[tuple[str, object]]:
+    """(arm, trial) of every trial of the grid, of any arm, whose plateau lies more than
+    `collapse_margin` below the frequency loss."""
+    return [(arm, t) for arm in self.arms for t in self.by_arm[arm] if self.measure("escapes", t)[1]]
 
   def verdict(self, claim, protocol) -> Verdict:
-    missing = {arm: seeds for arm in claim.arms if (seeds := self.missing_seeds(arm))}
+    missing = [m for arm in claim.arms if (m := self.missing_seeds(arm))]
     if missing:
-      return Verdict(claim, NOT_TESTABLE, (), None, "every seed filed: missing " + "; ".join(
-          f"{arm} seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" for arm, seeds in missing.items()))
-    if claim.metric == "starves_first":
-      return self._order_verdict(claim, protocol)
-    if claim.metric == "escapes_unlike_control":
-      return self._control_verdict(claim, protocol)
-    values, held, what = self.per_seed(claim.metric, claim.arm)
-    if any(math.isnan(v) for v in values):
-      return Verdict(claim, NOT_TESTABLE, (), None,
-                                  "every seed of the arm run and probed")
-    if claim.metric.startswith("gradient"):  # ratios over orders of magnitude: shown as log10
-      values, what = np.log10(values), f"log10 of the {what}"
-    verdict = REPRODUCED if all(held) else NOT_REPRODUCED
-    change = ("one seed the other way" if verdict == REPRODUCED else
-              f"{sum(held)} of {len(held)} seeds hold it: every seed")
-    return Verdict(claim, verdict, (_spread(values, what),), None, change)
+      return Verdict(claim, NOT_TESTABLE, (), None, "every seed filed: missing " + "; ".join(missing))
+    if claim.metric in ("starves_first", "stays_starved_first"):
+      found = self._order_verdict(claim)
+    elif claim.metric == "escapes_unlike_control":
+      return self._control_verdict(claim)
+    else:
+      values, held, what = self.per_seed(claim.metric, claim.arm)
+      if any(math.isnan(v) for v in values):
+        return Verdict(claim, NOT_TESTABLE, (), None, "every seed of the arm run and probed")
+      verdict = REPRODUCED if all(held) else NOT_REPRODUCED
+      found = Verdict(claim, verdict, (_spread(_shown(claim.metric, values), _shown_what(claim.metric, what)),), None,
+                      "one seed the other way" if verdict == REPRODUCED else
+                      f"{sum(held)} of {len(held)} seeds hold it: every seed")
+    if protocol.mechanisms_separate and claim.metric in MECHANISMS:
+      return self._separated(found)
+    return found
+
+  def _separated(self, found: Verdict) -> Verdict:
+    """`found`, reproduced only if no escaping trial the test applies to holds it too, every arm
+    of the grid filed (an escaping run not yet filed could hold it) and each escaping run the
+    test applies to measured (NaN: a probe or a read step missing)."""
+    claim = found.claim
+    _, collapsed, _ = self.per_seed("collapses", claim.arm)
+    if not all(collapsed):  # a mechanism of a collapse that did not happen is not tested
+      return dataclasses.replace(found, verdict=NOT_TESTABLE, would_change=(
+          f"a collapse to explain: {claim.arm} collapses in {sum(collapsed)} of {len(collapsed)} seeds"))
+    applies = [(arm, t) for arm, t in self.escaping()
+               if claim.metric not in ("norms_account", "norms_starve") or residual_norms(t)]
+    measured = [(arm, t, *self.measure(claim.metric, t)) for arm, t in applies]
+    tested = [(arm, t, value, held) for arm, t, value, held in measured if not math.isnan(value)]
+    unfiled = [m for arm in self.grid_arms if (m := self.missing_seeds(arm))]
+    unmeasured = [f"{arm} seed {t.overrides.get(SEED)}" for arm, t, value, _ in measured if math.isnan(value)]
+    unmeasured += [f"{arm} seed {t.overrides.get(SEED)} (its plateau)" for arm in self.arms for t in self.by_arm[arm]
+                   if math.isnan(plateau_gap(t))]  # escaping or not: cannot tell
+    if found.verdict == REPRODUCED and not any(held for *_, held in tested) and (unfiled or unmeasured):
+      return dataclasses.replace(found, verdict=NOT_TESTABLE, would_change="; ".join(
+          ([f"every arm of the grid filed (its escaping runs): missing {'; '.join(unfiled)}"] if unfiled else [])
+          + ([f"every escaping run measured: {', '.join(unmeasured)}"] if unmeasured else [])))
+    if not tested:
+      return dataclasses.replace(found, verdict=NOT_TESTABLE if found.verdict == REPRODUCED else found.verdict,
+                                 would_change=found.would_change + "; an escaping run the test applies to")
+    finite = [value for _, _, value, _ in tested if math.isfinite(value)]  # -inf: never starved
+    effects = found.effects + ((_spread(_shown(claim.metric, finite), _shown_what(claim.metric, self.what(claim.metric)),
+                                        f"{len(finite)} escaping runs"),) if finite else ())
+    passing = [f"{arm} seed {t.overrides.get(SEED)}" for arm, t, _, held in tested if held]
+    if not passing:
+      if found.verdict != REPRODUCED:
+        return dataclasses.replace(found, effects=effects)
+      never = "" if finite else f", none of which {'starves for good' if claim.metric == 'stays_starved_first' else 'starves'}"
+      return dataclasses.replace(found, effects=effects, would_change=(
+          f"{found.would_change}; or one of the {len(tested)} escaping runs holding it{never}"))
+    return dataclasses.replace(found, verdict=NOT_REPRODUCED if found.verdict == REPRODUCED else found.verdict,
+                               effects=effects, would_change=f"does not separate: {len(passing)} of the "
+                               f"{len(tested)} escaping runs hold it too ({', '.join(passing)})")
 
   def orders(self, arm: str) -> list[Order | None]:
-    return [order_of_events(t, self.protocol) for t in self.by_arm.get(arm, [])]
+    for_good = any(c.metric == "stays_starved_first" for c in self.protocol.claims)
+    return [order_of_events(t, self.protocol, for_good) for t in self.by_arm.get(arm, [])]
 
-  def _order_verdict(self, claim, protocol):
-    orders = self.orders(claim.arm)
+  def _order_verdict(self, claim):
+    for_good = claim.metric == "stays_starved_first"
+    orders = [order_of_events(t, self.protocol, for_good) for t in self.by_arm.get(claim.arm, [])]
     if None in orders:
       return Verdict(claim, NOT_TESTABLE, (), None, "every seed of the arm probed")
     outcomes_ = [o.outcome for o in orders]
+    never = sum(for_good and o.starved is None and o.plateau is not None for o in orders)  # the data refute it
     if PLATEAU_FIRST in outcomes_:
       verdict, change = NOT_REPRODUCED, f"{outcomes_.count(PLATEAU_FIRST)} of {len(orders)} seeds reach the plateau first"
+    elif never:
+      verdict, change = NOT_REPRODUCED, f"{never} of {len(orders)} seeds never starve for good"
     elif UNRESOLVED in outcomes_:
       verdict, change = NOT_TESTABLE, ("probes dense enough to tell (or a ratio that falls below the "
-                                                    "threshold) in every seed")
+                                       "threshold) in every seed")
     else:
       verdict, change = REPRODUCED, "one seed the other way"
     lead = [o.plateau - o.starved for o in orders if o.starved is not None and o.plateau is not None]
-    effects = (_spread(lead, "plateau step − first starved probe step"),) if len(lead) == len(orders) else ()
+    effects = (_spread(lead, self.what(claim.metric)),) if len(lead) == len(orders) else ()
     return Verdict(claim, verdict, effects, None, change)
 
-  def _control_verdict(self, claim, protocol):
+  def _control_verdict(self, claim):
     (gaps, escaped, _), (control_gaps, control_escaped, _) = (
         self.per_seed("escapes", arm) for arm in (claim.better, claim.worse))
     _, control_collapsed, _ = self.per_seed("collapses", claim.worse)
@@ -293,7 +435,18 @@ class Measures:
     return Verdict(claim, NOT_REPRODUCED, effects, None, why)
 
 
-def _spread(values, what: str) -> Effect:
+RATIOS = ("gradient_starves", "gradient_kept", "stays_starved")  # over orders of magnitude: shown as log10
+
+
+def _shown(metric: str, values) -> np.ndarray:
+  return np.log10(values) if metric in RATIOS else np.asarray(values, np.float64)
+
+
+def _shown_what(metric: str, what: str) -> str:
+  return f"log10 of the {what}" if metric in RATIOS else what
+
+
+def _spread(values, what: str, label: str | None = None) -> Effect:
   values = np.asarray(values, np.float64)
-  return Effect(f"{len(values)} seeds", float(np.mean(values)), float(np.min(values)),
-                             float(np.max(values)), len(values), f"{what}, mean [min, max]")
+  return Effect(label or f"{len(values)} seeds", float(np.mean(values)), float(np.min(values)),
+                float(np.max(values)), len(values), f"{what}, mean [min, max]")

@@ -50,22 +50,21 @@ def load_sweep(config_spec: str) -> list[dict]:
   return trials
 
 
-def reused_variant(module, arg: str) -> str | None:
-  """The variant whose filed trials `module`'s grid ARG shares by name and config (its
-  `reuses(arg)`, where it declares one): those trials are that variant's to run and file."""
+def reused_variants(module, arg: str) -> tuple[str, ...]:
+  """The variants whose filed trials `module`'s grid ARG shares by name and config (its
+  `reuses(arg)`: one variant, several, or None): those trials are theirs to run and file."""
   if not hasattr(module, "reuses"):
-    return None
-  return module.reuses(arg) if arg else module.reuses()
+    return ()
+  found = module.reuses(arg) if arg else module.reuses()
+  return () if found is None else (found,) if isinstance(found, str) else tuple(found)
 
 
-def reused_names(config_spec: str) -> tuple[str, set[str]] | None:
-  """(`FILE:OTHER`, the names of OTHER's trials) when the grid in `FILE[:ARG]` reuses OTHER's."""
+def reused_names(config_spec: str) -> dict[str, set[str]]:
+  """`FILE:OTHER` -> the names of OTHER's trials, for each variant the grid in `FILE[:ARG]` reuses."""
   path, _, arg = config_spec.partition(":")
   module = load_module(path)
-  other = reused_variant(module, arg)
-  if other is None:
-    return None
-  return f"{path}:{other}", {trial_name(overrides) for overrides in module.get_sweep(other)}
+  return {f"{path}:{other}": {trial_name(overrides) for overrides in module.get_sweep(other)}
+          for other in reused_variants(module, arg)}
 
 
 def _text(value) -> str:

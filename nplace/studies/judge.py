@@ -4,6 +4,8 @@ threshold halved and doubled. Two-way claims of the compared metrics and diverge
 judged here, three-way ones by nplace/studies/three_way.py; every other metric by its kind's
 measuring class (`measures.verdict`).
 """
+import math
+
 import numpy as np
 from scipy import stats
 
@@ -96,3 +98,19 @@ def sensitivity(protocol, measures_for) -> list[tuple[str, float, list[str]]]:
       scaled = protocol.scaled(t.name, factor)
       rows.append((t.name, scaled.threshold(t.name), [v.verdict for v in judge(scaled, measures_for(scaled))]))
   return rows
+
+
+def fragile(protocol, found) -> dict[str, list[str]]:
+  """claim id -> the threshold changes (`name` ×0.5, ×2) under which its verdict flips, from
+  `sensitivity`'s rows: a note beside the verdict, not a verdict."""
+  registered = {t.name: t for t in protocol.thresholds}
+  base = next(verdicts for name, value, verdicts in found if value == registered[name].value)
+  notes = {}
+  for name, value, verdicts in found:
+    t = registered[name]
+    origin = 0.0 if t.bound is None else t.bound  # a bounded threshold's distance to its bound was scaled
+    factor = (value - origin) / (t.value - origin) if t.value != origin else math.nan
+    for claim, now, was in zip(protocol.claims, verdicts, base):
+      if now != was:
+        notes.setdefault(claim.id, []).append(f"`{name}` ×{factor:g}")
+  return notes

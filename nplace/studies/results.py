@@ -55,7 +55,7 @@ class Study:
   path: pathlib.Path
   config: str  # experiments/FILE.py:ARG
   trials: list[Trial]
-  reused: tuple[str, int] | None = None  # (results NAME, how many of `trials` are its): `with_reused`
+  reused: tuple[tuple[str, int], ...] = ()  # (results NAME, how many of `trials` are its) each: `with_reused`
 
 
 def grid_module(study: Study, repo=None):
@@ -76,23 +76,26 @@ def grid_module(study: Study, repo=None):
 
 
 def with_reused(study: Study, module, arg: str, filed: dict[str, Study] | None = None) -> Study:
-  """`study` with the filed trials of the variant its grid reuses (`module.reuses(arg)`, same
+  """`study` with the filed trials of the variants its grid reuses (`module.reuses(arg)`, same
   config) that its own sweep lists and it has not filed itself; `filed`: the results
-  directory's studies by NAME (`studies`), so none is read twice (None: read the one it reuses)."""
-  other = grid.reused_variant(module, arg)
-  if other is None:
+  directory's studies by NAME (`studies`), so none is read twice (None: read the ones it reuses)."""
+  others = grid.reused_variants(module, arg)
+  if not others:
     return study
-  source = name_of(f"{study.config.partition(':')[0]}:{other}")
-  source_dir = study.path.parent / source
-  if filed is None:
-    filed = {source: load(source_dir)} if (source_dir / GRID).is_file() else {}
-  if source not in filed:
-    raise runs_lib.RunsError(f"{study.path}: its grid {study.config} reuses {source}'s trials, "
-                             f"which are not filed: no {source_dir / GRID}")
   listed = {grid.trial_name(overrides) for overrides in module.get_sweep(arg)}
-  own = {t.name for t in study.trials}
-  shared = [t for t in filed[source].trials if t.name in listed and t.name not in own]
-  return dataclasses.replace(study, trials=study.trials + shared, reused=(source, len(shared)))
+  have, reused = {t.name for t in study.trials}, []
+  for other in others:
+    source = name_of(f"{study.config.partition(':')[0]}:{other}")
+    source_dir = study.path.parent / source
+    found = (filed or {}).get(source) or (load(source_dir) if filed is None and (source_dir / GRID).is_file() else None)
+    if found is None:
+      raise runs_lib.RunsError(f"{study.path}: its grid {study.config} reuses {source}'s trials, "
+                               f"which are not filed: no {source_dir / GRID}")
+    shared = [t for t in found.trials if t.name in listed and t.name not in have]
+    have |= {t.name for t in shared}
+    study = dataclasses.replace(study, trials=study.trials + shared)
+    reused.append((source, len(shared)))
+  return dataclasses.replace(study, reused=tuple(reused))
 
 
 def arms(module, protocol) -> dict:

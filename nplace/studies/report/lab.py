@@ -15,6 +15,7 @@ def lab_part(study, module, arg: str, protocol, tier: str) -> list[str]:
   if ranking is None:
     return []
   header = ranking_lib.record_of(study)
+  found = judge.sensitivity(lab, ranking.under)
   scores = f"{study.path.name}/{ranking_lib.SCORES}"
   history = markdown.table(["rule version", "commit", "what changed"],
                            [[str(v), f"`{c}`", text] for v, c, text in lab_checks.RULE_HISTORY])
@@ -23,8 +24,8 @@ def lab_part(study, module, arg: str, protocol, tier: str) -> list[str]:
           f"{lab.summary} Scores: [{scores}]({scores}) (`nplace lab --rank results/{study.path.name}`). "
           f"The rule: {header['rule']}",
           tables.thresholds_table(lab),
-          tables.verdict_table(lab, judge.judge(lab, ranking), tier, len(ranking.seeds)),
-          "With the threshold halved and doubled:", tables.sensitivity_table(lab, ranking.under),
+          tables.verdict_table(lab, judge.judge(lab, ranking), tier, len(ranking.seeds), fragile=judge.fragile(lab, found)),
+          "With the threshold halved and doubled:", tables.sensitivity_table(lab, found),
           "Per configuration (ranks: 1 = most stable):", ranking_table(ranking),
           *(["Predicted against observed maximum stable learning rate:", max_lr_table(ranking)]
             if ranking_lib.judges_max_lr(lab) else []),

@@ -61,6 +61,11 @@ def _collapse_mechanisms(s: Section, measures, by_horizon) -> list[str]:
           "log10 |dL/dh_1| / |dL/dh_L| = the norms' log10 product (their backward factors from h_1 up "
           "to h_L) + the branches' (I + J_F, the rest: the factors telescope exactly), mean over seeds; "
           "in brackets the norms' share.", study_b.accounting_table(measures),
+          *(["### The norms' share of the change from init (a description, not a claim)",
+             "Measured against the change from init, the norms carry about half of Post-LN's lost gradient; the "
+             "escaping Post-LN arms' norms carry as large a share of a smaller change (or of a gain), so no "
+             "threshold on the share separates collapse from escape. The claim is asked of the norms' change "
+             "alone instead (`norms_starve`).", study_b.share_table(measures)] if s.protocol.read_steps else []),
           "### Order of events", study_b.order_table(measures)]
 
 
@@ -148,8 +153,9 @@ def _head(s: Section) -> list[str]:
         if rejudged else []),
       f"{protocol.summary} {len(study.trials)} trials, {', '.join(map(str, steps))} steps each."
       f"{_intervals_line(protocol)} Data: [{study.path.name}/]({study.path.name}/)"
-      + (f", and {study.reused[1]} trials of [{study.reused[0]}/]({study.reused[0]}/), the grid it widens "
-         "(the same config and trial names)." if study.reused else "."),
+      + (", and " + ", ".join(f"{n} trials of [{name}/]({name}/)" for name, n in study.reused)
+         + (", the grid it widens" if len(study.reused) == 1 else ", the grids it widens")
+         + " (the same config and trial names)." if study.reused else "."),
       *_data_notes(study),
       tables.thresholds_table(protocol),
   ]
@@ -174,12 +180,13 @@ def _verdicts(s: Section, measures, by_horizon) -> list[str]:
   protocol is three-way), and the verdicts with each threshold halved and doubled."""
   protocol = s.protocol
   verdicts = by_horizon[1.0] if by_horizon else judge.judge(protocol, measures)
+  found = judge.sensitivity(protocol, s.measures)
   return ["### Verdicts",
           tables.verdict_tables(protocol, verdicts, s.tier, len(measures.seeds),
                                 by_horizon and tables.at_horizons(by_horizon),
-                                tables.operating_cells(protocol, measures)),
+                                tables.operating_cells(protocol, measures), judge.fragile(protocol, found)),
           "### The verdicts with each threshold halved and doubled",
-          tables.sensitivity_table(protocol, s.measures)]
+          tables.sensitivity_table(protocol, found)]
 
 
 def _scale_summary(sections, scales: dict) -> str:

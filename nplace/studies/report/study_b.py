@@ -165,6 +165,23 @@ def accounting_table(measures) -> str:
   return markdown.table(["probe step", *found], rows)
 
 
+def share_table(measures) -> str:
+  """Per Post-LN arm and seed, at the last read step: the change from init of log10 |dL/dh_1| /
+  |dL/dh_L| and of the norms' log10 product, and the norms' share of it."""
+  step = measures.protocol.read_steps[-1]
+  rows = []
+  for arm in measures.arms:
+    for t in measures.by_arm[arm]:
+      found = collapse.accounting(t)
+      at = None if found is None else collapse.at_steps((found.steps, found.measured - found.measured[0]), (step,))
+      if at is not None:
+        norms = collapse.norms_change(t, (step,))
+        rows.append([arm, str(t.overrides.get(collapse.SEED)), markdown.number(float(at[0]), 2),
+                     markdown.number(norms, 2), f"{collapse.norms_share_of_change(t, step):.0%}"])
+  return markdown.table(["arm", "seed", f"change of log10 ratio, init → step {step}", "the norms' change",
+                         "the norms' share"], rows) if rows else "No arm with its norms on the residual path was probed."
+
+
 def order_table(measures) -> str:
   """Per arm that starves and seed: the probe steps between which the gradient ratio fell below
   the threshold, the step the loss reached its plateau, and which came first."""

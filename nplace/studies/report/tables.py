@@ -67,10 +67,13 @@ def operating_cells(protocol, measures) -> dict | None:
   return cells
 
 
-def verdict_table(protocol, verdicts, tier: str, seeds: int, at_horizons=None, operating=None) -> str:
+def verdict_table(protocol, verdicts, tier: str, seeds: int, at_horizons=None, operating=None, fragile=None) -> str:
   """`at_horizons`: claim id -> the verdicts at the protocol's earlier horizons (a column);
-  `operating`: claim id -> its test's false-positive rate and power (a column)."""
-  rows = [[f"{v.claim.statement} (`{v.claim.id}`)", tier, f"v{protocol.version}", f"**{v.verdict}**",
+  `operating`: claim id -> its test's false-positive rate and power (a column); `fragile`: claim
+  id -> the threshold changes within half to double that flip its verdict (a note beside it)."""
+  fragile = fragile or {}
+  rows = [[f"{v.claim.statement} (`{v.claim.id}`)", tier, f"v{protocol.version}", f"**{v.verdict}**"
+           + (f" (fragile: flips at {', '.join(fragile[v.claim.id])})" if v.claim.id in fragile else ""),
            effects(v), str(seeds), v.would_change] + ([at_horizons[v.claim.id]] if at_horizons else [])
           + ([operating[v.claim.id]] if operating else [])
           for v in verdicts]
@@ -80,16 +83,16 @@ def verdict_table(protocol, verdicts, tier: str, seeds: int, at_horizons=None, o
                         + ([f"false positives / power ({three_way.DRAWS} draws each)"] if operating else []), rows)
 
 
-def verdict_tables(protocol, verdicts, tier: str, seeds: int, at_horizons=None, operating=None) -> str:
+def verdict_tables(protocol, verdicts, tier: str, seeds: int, at_horizons=None, operating=None, fragile=None) -> str:
   """verdict_table, in two parts when the protocol labels some claims as this project's own
   findings: what the reproduced paper (the seed) claims, then what this project found."""
   findings = [v for v in verdicts if v.claim.source == FINDING]
   if not findings:
-    return verdict_table(protocol, verdicts, tier, seeds, at_horizons, operating)
+    return verdict_table(protocol, verdicts, tier, seeds, at_horizons, operating, fragile)
   seed = [v for v in verdicts if v.claim.source != FINDING]
-  return "\n\n".join(["**The seed's claims**", verdict_table(protocol, seed, tier, seeds, at_horizons, operating),
+  return "\n\n".join(["**The seed's claims**", verdict_table(protocol, seed, tier, seeds, at_horizons, operating, fragile),
                        "**This project's findings** (not claims of the seed: a verdict either way is a result)",
-                       verdict_table(protocol, findings, tier, seeds, at_horizons, operating)])
+                       verdict_table(protocol, findings, tier, seeds, at_horizons, operating, fragile)])
 
 
 def horizon_label(fraction: float) -> str:
@@ -122,9 +125,9 @@ def horizon_table(protocol, by_horizon: dict) -> str:
   return markdown.table(["claim", *(horizon_label(h) for h in by_horizon)], rows)
 
 
-def sensitivity_table(protocol, measures_for) -> str:
+def sensitivity_table(protocol, found) -> str:
+  """`found`: judge.sensitivity's rows."""
   registered = {(t.name, t.value) for t in protocol.thresholds}
-  found = judge.sensitivity(protocol, measures_for)
   rows = [[f"`{name}`" + (" (registered)" if (name, value) in registered else ""), markdown.number(value), *verdicts]
           for name, value, verdicts in found]
   changing = {name for name, _, verdicts in found
