@@ -27,6 +27,10 @@ maximum stable rate with the embedding norm's control, and versions 2 and 3's da
                EDGE_LR, set from the filed pilot)
   v4_embed     protocol 4 (b): Pre-LN with the embedding norm on cpu's depth-12 sweep (7 rates x
                seeds 0-4, 35 new trials), beside cpu's depth-12 trials, reused
+  placements   every published placement (9 new configurations) at depth 12 x 32 over protocol 3's 9
+               rates x seeds 0-2, beside Pre-LN, Peri-LN and Pre-LN + embedding norm reused from
+               cpu, cpu_wide and v4_embed (249 new trials); judged by `PROTOCOL_PLACEMENTS`, the
+               lab's rule version 4 by `LAB_PROTOCOL_V3`
   v0_stress    protocol 0: the stress grid the first results came from (placement x weight decay
                {0.1, 0} x 3 seeds at lr 3e-2, 150 steps), kept beside version 1
   v0_lr_scan   protocol 0's one-seed learning-rate scan
@@ -43,6 +47,7 @@ import dataclasses
 import ml_collections
 
 from nplace.config import base_config
+from nplace.placements import AFTER, BEFORE, OUT, PLACEMENTS
 from nplace.protocol import (COMPARISON, FINDING, FISHER, FIXED_RATES, LAB, LR_SWEEP, PERMUTATION, SEED_CLAIM,
                              STABILITY_SWEEP, STRATIFIED, THREE_WAY, WELCH_T, Claim, LabClaim, Protocol, Threshold)
 
@@ -150,6 +155,28 @@ LAB_PROTOCOL_V2 = Protocol(
     ),
 )
 
+# Lab protocol 3: lab rule version 4 (a short range test, nplace/studies/lab/range_test.py) judged
+# blind on the placements grid's nine configurations it has never seen, against two baselines
+# declared with it from protocol 3's filed trials (maximum stable rates by protocol 4's definition:
+# learned and never blew up; at depth 12 Pre-LN's is 10^-1.0 in all 5 seeds, Peri-LN's 10^-0.5).
+def _norm_on_the_stream_or_every_output(overrides: dict) -> bool:
+  """The structural heuristic's feature, from the placement's declared sublayers: a norm on the
+  residual path (after the sum, or on the stream before the sublayer) or on every branch output.
+  Mix-LN's declared sublayers are Pre-LN's (its post layers are a per-layer override)."""
+  placement = PLACEMENTS[overrides["model.placement"]]
+  sublayers = (placement.attn, placement.mlp)
+  return (any(site in (AFTER, BEFORE) for s in sublayers for site in s.norms)
+          or all(OUT in s.norms for s in sublayers))
+
+
+PRE_MAX_LR = 10 ** -1.0  # Pre-LN's measured maximum stable rate at depth 12 (protocol 3's trials, seeds 0-4)
+LAB_BASELINES = {  # label -> overrides -> predicted maximum stable rate
+    # the median of protocol 3's ten configurations' measured rates (geometric means over seeds)
+    "constant": lambda overrides: 10 ** -0.5,
+    # written down before the placements grid: a norm on the stream or on every branch output
+    # raises the rate one half-decade over Pre-LN's
+    "structure": lambda overrides: PRE_MAX_LR * (10 ** 0.5 if _norm_on_the_stream_or_every_output(overrides) else 1),
+}
 # Protocol 2's rules (and so protocol 3's), beyond its thresholds and its outcome rules (`blow_ups`:
 # nplace/studies/outcomes.py):
 # - LR sensitivity and best loss as in protocol 1, with a diverged seed counted as the cap (ln V)
@@ -338,6 +365,65 @@ PROTOCOL_V4_REJUDGED = Protocol(
             Claim("pre_diverges_more_no_wd", "... and so without weight decay", metric="divergences",
                   better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay", power_at=(0.5, 0.1))))
 
+# The placements grid: every published placement at depth 12 x width 32 over protocol 3's nine
+# rates, 3 seeds, 1,000 steps as cpu, weight decay 0.1; each as its paper defines it, at GPT-2's
+# init and without the embedding norm. Pre-LN and Peri-LN (which carries its embedding norm) are
+# cpu's and cpu_wide's filed trials, seeds 0-2, and Pre-LN + embedding norm (the confound's
+# control) v4_embed's, its two rates above 1 run here: 249 new trials.
+PLACEMENT_SEEDS = range(3)
+NEW_PLACEMENTS = {
+    **{label: {**_model(name), "optim.weight_decay": 0.1} for label, name in (
+        ("Post-LN", "post"), ("Reorder (OLMo 2)", "reorder"), ("DeepNorm", "deepnorm"), ("Mix-LN", "mix"),
+        ("LayerNorm Scaling", "lns"), ("ReZero", "rezero"), ("HybridNorm", "hybrid"))},
+    "Pre-LN + QK-norm": {**_model("pre"), "model.qk_norm": True, "optim.weight_decay": 0.1},
+    "Pre-LN, DyT": {**_model("pre"), "model.norm": "dyt", "optim.weight_decay": 0.1},
+}
+PLACEMENT_ARMS = {"Pre-LN": ARMS_V2["Pre-LN"], "Peri-LN": ARMS_V2["Peri-LN"], **NEW_PLACEMENTS,
+                  PRE_EMBED: ARMS_V4[PRE_EMBED]}
+LAB_PROTOCOL_V3 = Protocol(
+    name="lab", version=3, kind=LAB, resample_configurations=True, arms=NEW_PLACEMENTS, seeds=3,
+    summary="Lab rule version 4, a short range test (the sweep's rates, 100 steps of one seed no grid uses, "
+            "about 1/30 of the grid's steps), judged blind on the placements grid's nine configurations it "
+            "was not chosen on, against two baselines declared with it: a constant (the median maximum "
+            "stable rate of protocol 3's ten configurations, 10^-0.5) and a structural heuristic (Pre-LN's "
+            "measured 10^-1.0, half a decade higher with a norm on the residual stream or on every branch "
+            "output). Measured: each seed's maximum stable rate by protocol 4's definition, geometric means "
+            "over seeds. Spearman's rho of each predicted against the measured maximum stable rate, with a "
+            "bootstrap over seeds and configurations (2000 draws, seed 0; the rule and a baseline compared "
+            "on the same draws); a prediction is right when it lies nearer the measured rate than half a "
+            "sweep step. Chosen on protocols 1-3's filed trials, where it ties the structural heuristic; "
+            "fixed before any run of the placements grid.",
+    bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
+    thresholds=(
+        Threshold("lr_tolerance", 0.25, "decades: a predicted maximum stable rate this close to the measured "
+                                        "one counts as right (half a sweep step: lab protocol 2's 0.5 counted "
+                                        "one step off as right, and at it the structural heuristic is right "
+                                        "for all ten of protocol 3's configurations, so nothing could beat it)"),
+    ),
+    claims=(
+        LabClaim("lab_ranks_max_lr", "The range test ranks the new placements as their measured maximum stable "
+                 "rates do (rho's interval above 0)", metric="max_lr_rho_above_zero"),
+        LabClaim("lab_beats_constant", "It predicts more of their maximum stable rates right than the constant",
+                 metric="right_more_than", baseline="constant"),
+        LabClaim("lab_right_more_than_structure", "... and more than the structural heuristic",
+                 metric="right_more_than", baseline="structure"),
+        LabClaim("lab_ranks_better_than_structure", "... and ranks them better than the structural heuristic "
+                 "(the interval of the difference in rho above 0)", metric="ranks_better_than", baseline="structure"),
+    ),
+)
+PROTOCOL_PLACEMENTS = Protocol(
+    **(V4 | dict(name="placements", version=1, seeds=3)), kind=STABILITY_SWEEP, arms=PLACEMENT_ARMS,
+    lab=LAB_PROTOCOL_V3,
+    summary="Every published placement's stability under one protocol: depth 12 x width 32, 1,000 steps, "
+            "weight decay 0.1, protocol 3's nine rates (1e-3 .. 10), 3 seeds, each placement as its paper "
+            "defines it at GPT-2's init without the embedding norm; Peri-LN with its embedding norm, and "
+            "Pre-LN with it as the confound's control. Protocol 4's definitions: stable = learned and never "
+            "blew up; the maximum stable rate per seed; LR sensitivity with a diverged seed at ln V. "
+            "Described, not judged between placements; the lab's rule is judged on it. Fixed, with lab "
+            "rule version 4, before any of its runs.",
+    claims=(),
+)
+
 PROTOCOL_V1 = Protocol(
     name="stability", version=1, kind=LR_SWEEP, lab=LAB_PROTOCOL,
     summary="Learning-rate sensitivity (Wortsman et al. 2023, arXiv 2309.14322) of Pre-LN and "
@@ -372,7 +458,7 @@ V0_PLACEMENTS = (_model("pre"), _model("peri"), _model("peri", dt=0.1), _model("
 V0_STRESS_LR = 3e-2  # protocol 0: the lowest rate of its scan at which Pre-LN stopped learning
 V0_SCAN_LRS = (1e-3, 3e-3, 1e-2, 3e-2)
 V0_PAPER_SCAN_LRS = (3e-4, 6e-4, 1.2e-3, 2.4e-3)
-VARIANTS = ("cpu", "cpu_wide", "gpu", "paper", "v4_pilot", "v4_fixed", "v4_embed", "v1_cpu", "v1_gpu", "v1_paper", "v0_stress", "v0_lr_scan",
+VARIANTS = ("cpu", "cpu_wide", "gpu", "paper", "v4_pilot", "v4_fixed", "v4_embed", "placements", "v1_cpu", "v1_gpu", "v1_paper", "v0_stress", "v0_lr_scan",
             "v0_paper", "v0_paper_lr_scan")
 
 
@@ -436,7 +522,7 @@ def _split(arg: str) -> tuple[str, str]:
 
 def _tier(variant: str) -> tuple[str, bool]:
   """(the tier whose model and schedule a protocol 1-4 variant trains, whether it is protocol 1's)."""
-  if variant.startswith("v4"):
+  if variant.startswith("v4") or variant == "placements":
     return "cpu", False
   return variant.removeprefix("v1_").removesuffix("_wide"), variant.startswith("v1")
 
@@ -446,6 +532,9 @@ def _v4_sweep(variant: str) -> list[dict]:
   shape = {"model.n_layer": 12, "model.d_model": 32}
   if variant == "v4_pilot":
     return [{**shape, **ARMS_V4["Pre-LN"], "optim.lr": lr, "seed": s} for lr in PILOT_LRS for s in PILOT_SEEDS]
+  if variant == "placements":
+    return [{**shape, **arm, "optim.lr": lr, "seed": s} for arm in PLACEMENT_ARMS.values() for lr in LRS_V3
+            for s in PLACEMENT_SEEDS]
   if variant == "v4_fixed":
     rates = (TUNED_LR,) if EDGE_LR is None else (TUNED_LR, EDGE_LR)
     return [{**shape, **arm, "optim.lr": lr, "seed": s} for arm in ARMS_V4.values() for lr in rates
@@ -458,7 +547,7 @@ def protocol(arg: str = "cpu") -> Protocol:
   """The protocol a variant's results are judged by."""
   variant, _ = _split(arg)
   own = {"cpu_wide": PROTOCOL_V3, "v4_pilot": PROTOCOL_V4_PILOT, "v4_fixed": PROTOCOL_V4_FIXED,
-         "v4_embed": PROTOCOL_V4_EMBED}
+         "v4_embed": PROTOCOL_V4_EMBED, "placements": PROTOCOL_PLACEMENTS}
   return own.get(variant) or {"v0": PROTOCOL_V0, "v1": PROTOCOL_V1}.get(variant[:2], PROTOCOL)
 
 
@@ -468,9 +557,11 @@ def rejudged_by(arg: str = "cpu") -> tuple[Protocol, ...]:
 
 
 def reuses(arg: str = "cpu") -> str | None:
-  """The variant whose filed trials this one's grid shares (same config and names), judged as
-  its own: cpu_wide's rates up to 1 and v4_embed's Pre-LN and Peri-LN are cpu's trials."""
-  return "cpu" if _split(arg)[0] in ("cpu_wide", "v4_embed") else None
+  """The variants whose filed trials this one's grid shares (same config and names), judged as
+  its own: cpu_wide's rates up to 1 and v4_embed's Pre-LN and Peri-LN are cpu's trials; the
+  placements grid's Pre-LN and Peri-LN are cpu's and cpu_wide's, its Pre-LN + embedding norm
+  up to rate 1 v4_embed's."""
+  return {"cpu_wide": "cpu", "v4_embed": "cpu", "placements": ("cpu", "cpu_wide", "v4_embed")}.get(_split(arg)[0])
 
 
 def get_config(arg: str = "cpu"):
@@ -485,7 +576,7 @@ def get_config(arg: str = "cpu"):
 
 def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
-  if variant.startswith("v4"):
+  if variant.startswith("v4") or variant == "placements":
     return _v4_sweep(variant)
   tier, v1 = _tier(variant)
   if tier in TIERS:

@@ -18,8 +18,9 @@ from nplace.config import ModelConfig
 from nplace.model import decoder
 from nplace.model.block import Block
 from nplace.studies import grid
-from nplace.studies import judge, ranking as ranking_lib
-from nplace.studies.lab import checks as lab_checks, measure as lab
+from nplace.studies import judge, measures as measures_lib, ranking as ranking_lib, results
+from nplace.studies.lab import checks as lab_checks, measure as lab, range_test
+from nplace.studies.report import lab as report_lab
 from nplace.config import experiment
 from nplace.data import loader
 from nplace.placements import PLACEMENTS
@@ -66,7 +67,7 @@ def test_scorecard_lists_the_placement_then_the_baselines(scorecard):
     assert card["prediction"].startswith(f"predicted max stable lr {card['predicted_max_lr']:.1e} "
                                          f"(preconditioned sharpness {card['checks']['preconditioned_sharpness']:.1e} "
                                          f"after {lab_checks.WARMUP_STEPS} Adam steps")
-  assert f"rule: {got['rule']}" in stdout and got["rule"] == lab_checks.RULE
+  assert f"rule version 3: {got['rule']}" in stdout and got["rule"] == lab_checks.SHARPNESS_RULE
 
 
 def test_json_holds_every_probe_and_the_checks_drawn_from_them(scorecard):
@@ -271,13 +272,19 @@ def test_score_prediction_and_the_reported_terms():
 
 @pytest.mark.parametrize("argv,needle", [
     (["nosuch"], f"placement 'nosuch': expected one of {', '.join(PLACEMENTS)}"),
-    ([], "name a PLACEMENT or --rank SWEEP_DIR"),
+    ([], "name a PLACEMENT, --all or --rank SWEEP_DIR"),
     (["peri", "--width", "30"], "model.d_model=30"),
     (["peri", "--rank", "."], "--rank takes no PLACEMENT"),
     (["--rank", "/nonexistent"], "/nonexistent: no sweep.json"),
+    (["--all", "pre"], "--all takes no PLACEMENT"),
+    (["--all", "--depth", "4"], "--depth: --all range-tests each configuration at its grid's own shape"),
+    (["--all", "--config.train.steps=50"], "config error: train.steps=50: the range test reads the first 100 steps"),
+    (["--all", "--config.model.norm=nosuch"], "config error: model.norm='nosuch'"),
+    (["--all", "--config", "experiments/stability.py:cpu"], "protocol stability v2 declares no blow_up_rise"),
 ])
 def test_bad_input_is_one_line_before_any_compile(capsys, monkeypatch, argv, needle):
   monkeypatch.setattr(lab, "measure_all", lambda configs: pytest.fail("measured despite bad input"))
+  monkeypatch.setattr(range_test, "run_all", lambda configurations, rise: pytest.fail("trained despite bad input"))
   assert main.main(["lab", *argv]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and needle in err, err
@@ -361,7 +368,7 @@ def test_rank_scores_each_configuration_and_seed_at_its_trained_shape(tmp_path, 
   assert sorted(asked) == sorted(((a, f"depth {d}", s), d, a.lower(), s, 32)
                                  for a in ("Pre", "Peri", "Post") for d in (2, 4) for s in (0, 1))
   record = json.loads((study / "lab.json").read_text())
-  assert record["rule_version"] == lab_checks.RULE_VERSION and record["rule"] == lab_checks.RULE
+  assert record["rule_version"] == lab_checks.SHARPNESS_RULE_VERSION and record["rule"] == lab_checks.SHARPNESS_RULE
   assert len(record["scores"]) == 12
   assert all(r["predicted_max_lr"] == pytest.approx(10 ** -r["score"]) and r["rule_version"] == 3
              for r in record["scores"])
@@ -370,7 +377,7 @@ def test_rank_scores_each_configuration_and_seed_at_its_trained_shape(tmp_path, 
 
   from nplace.studies.report import page as results_page
   page = results_page.write(tmp_path / "results", repo=tmp_path).read_text()
-  assert f"lab protocol v{LAB_PROTOCOL.version}, rule version {lab_checks.RULE_VERSION}" in page
+  assert f"lab protocol v{LAB_PROTOCOL.version}, rule version {lab_checks.SHARPNESS_RULE_VERSION}" in page
   assert "| The lab's score ranks the configurations as their LR sensitivity does" in page
   assert "**reproduced** | Spearman's rho, lab score vs LR sensitivity: 6 configurations: 1.00 [1.00, 1.00]" in page
   assert all(f"| {v} | `{c}` |" in page for v, c, _ in lab_checks.RULE_HISTORY)
@@ -485,3 +492,215 @@ def test_rank_of_a_results_study_it_cannot_judge_is_one_line(tmp_path, monkeypat
   assert main.main(["lab", "--rank", str(study)]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and needle in err, err
+
+
+# --- Rule version 4 (the range test) on a grid, and lab protocol 3's claims ---
+
+STABILITY = grid.load_module(pathlib.Path(__file__).resolve().parent.parent / "experiments" / "stability.py")
+SHAPE = "depth 12, width 32"  # the placements grid's
+
+
+def swept_trial(overrides, stable, steps=1000):
+  """A trial of a learning-rate sweep that learned (val loss 2.0) or stalled above the frequency loss."""
+  from nplace.train.summary import Summary
+  final = 2.0 if stable else FREQ - 0.05
+  loss = [(s, 6.2 - (6.2 - final) * min(1.0, 2 * s / steps)) for s in range(0, steps + 1, steps // 100)]
+  summary = Summary(step=steps, val_loss=final, frequency_loss=FREQ, entropy_rate=1.0)
+  return results.Trial(grid.trial_name(overrides), overrides, summary, loss, steps // 20, 512,
+                       val_loss=[(steps, final)])
+
+
+def lab_record(config, predicted: dict, seeds) -> str:
+  """lab.json of rule version 4: (arm, shape) -> its predicted rate, the same for each seed."""
+  scores = [{"arm": arm, "shape": shape, "seed": seed, "score": -math.log10(rate), "predicted_max_lr": rate,
+             "prediction": "p", "rule_version": 4} for (arm, shape), rate in predicted.items() for seed in seeds]
+  return json.dumps({"config": config, "rule_version": 4, "rule": range_test.RULE, "scores": scores})
+
+
+def placements_ranking(tmp_path, measured: dict, predicted: dict):
+  """Lab protocol 3's Ranking of a constructed placements grid: `measured` arm -> log10 of its
+  seeds' maximum stable rate (one for all seeds, or one per seed; None: stable at no rate; -1
+  where not given), `predicted` arm -> log10 of the range test's prediction (default: measured, where one for all)."""
+  trials = []
+  for overrides in STABILITY.get_sweep("placements"):
+    top = measured.get(results.arm_of(STABILITY.PLACEMENT_ARMS, overrides), -1.0)
+    top = top[overrides["seed"]] if isinstance(top, tuple) else top
+    trials.append(swept_trial(overrides, top is not None and math.log10(overrides["optim.lr"]) <= top + 1e-9))
+  config = "experiments/stability.py:placements"
+  study = results.Study(tmp_path, config, trials)
+  (tmp_path / "lab.json").write_text(lab_record(config, {
+      (arm, SHAPE): 10 ** predicted.get(arm, measured.get(arm, -1.0)) for arm in STABILITY.PLACEMENT_ARMS},
+      STABILITY.PLACEMENT_SEEDS))
+  return study, measures_lib.measures_for(STABILITY.LAB_PROTOCOL_V3, study, STABILITY, "placements",
+                                          ranked=STABILITY.PROTOCOL_PLACEMENTS)
+
+
+def lab_verdicts(ranking) -> dict:
+  return {v.claim.id: v.verdict for v in judge.judge(STABILITY.LAB_PROTOCOL_V3, ranking)}
+
+
+# The structural heuristic: half a decade over Pre-LN's 10^-1 for these four of the nine, 10^-1 for the rest
+STREAM_NORMS = ("Post-LN", "Reorder (OLMo 2)", "DeepNorm", "HybridNorm")
+
+
+def test_the_range_test_wins_where_it_predicts_each_rate_and_the_baselines_do_not(tmp_path):
+  """Measured rates spread over the sweep, against the heuristic's grain (its four stream-norm
+  placements measured lowest); the range test predicts each (DyT's seeds differ: geometric mean
+  10^-0.83, predicted 10^-1, a sixth of a decade off). Rule right 9 of 9, the heuristic 2, the
+  constant 0; rho near 1 against the heuristic's negative rho, on the same draws."""
+  measured = {"Post-LN": -3.0, "Reorder (OLMo 2)": -2.5, "DeepNorm": -2.0, "HybridNorm": -1.5, "Mix-LN": -1.0,
+              "LayerNorm Scaling": 0.0, "ReZero": 0.5, "Pre-LN + QK-norm": 1.0, "Pre-LN, DyT": (-1.0, -1.0, -0.5)}
+  study, ranking = placements_ranking(tmp_path, measured, {"Pre-LN, DyT": -1.0})
+  assert lab_verdicts(ranking) == dict.fromkeys(
+      ("lab_ranks_max_lr", "lab_beats_constant", "lab_right_more_than_structure", "lab_ranks_better_than_structure"),
+      "reproduced")
+  judged = list(STABILITY.NEW_PLACEMENTS)
+  assert [sum(ranking.right(ranking.max_lrs(judged, b))) for b in (None, "constant", "structure")] == [9, 0, 2]
+  rule, structure = (ranking.paired("max_stable_lr", judged, b) for b in (None, "structure"))
+  assert ranking.rho(rule)[1] > 0.5 and ranking.rho(structure)[0] < 0
+  difference = ranking.rho_difference(rule, structure)
+  assert difference[0] == pytest.approx(ranking.rho(rule)[0] - ranking.rho(structure)[0]) and difference[1] > 0
+
+  page = "\n\n".join(report_lab.lab_part(study, STABILITY, "placements", STABILITY.PROTOCOL_PLACEMENTS, "cpu"))
+  assert "### The lab's predicted maximum stable rate: lab protocol v3, rule version 4" in page
+  for row in ("Post-LN | 0.001 | 0.001, 0.001, 0.001 | 0.001 right (+0.00) | 0.32 wrong (+2.50) | 0.32 wrong (+2.50)",
+              "Pre-LN, DyT | 0.15 | 0.1, 0.1, 0.32 | 0.1 right (-0.17) | 0.32 wrong (+0.33) | 0.1 right (-0.17)"):
+    assert f"| {SHAPE} | {row} |" in page
+  assert "| range test | " in page and "| 9 of 9 | - | " in page
+  assert "| constant | - (one rate for all) | 0 of 9 | - | - |" in page
+  assert "The configurations judged (9)" in page
+  assert "Not judged: Pre-LN, Peri-LN, Pre-LN + embedding norm" in page and "all 12 configurations together" in page
+  assert "| 4 | `pending` |" in page  # the rule's versions
+
+
+def test_the_range_test_loses_to_the_heuristic_where_that_predicts_every_rate(tmp_path):
+  """Measured rates exactly the heuristic's; the range test right for its five 10^-1 placements
+  and a decade high for the four others: it ranks them as measured (rho 1) and beats the constant
+  (5 right to 4), but predicts fewer right than the heuristic (9) and ranks no better (both rho 1:
+  the difference's interval is [0, 0])."""
+  measured = {arm: -0.5 if arm in STREAM_NORMS else -1.0 for arm in STABILITY.NEW_PLACEMENTS}
+  _, ranking = placements_ranking(tmp_path, measured, {arm: 0.5 for arm in STREAM_NORMS})
+  assert lab_verdicts(ranking) == {"lab_ranks_max_lr": "reproduced", "lab_beats_constant": "reproduced",
+                                   "lab_right_more_than_structure": "not reproduced",
+                                   "lab_ranks_better_than_structure": "not reproduced"}
+  verdict = next(v for v in judge.judge(STABILITY.LAB_PROTOCOL_V3, ranking) if v.claim.baseline == "structure"
+                 and v.claim.metric == "right_more_than")
+  assert verdict.effects[0].mean == 5 - 9 and "the lab (5 of 9) − the structure (9)" in verdict.effects[0].what
+
+
+def test_a_seed_stable_at_no_rate_leaves_the_claims_not_testable(tmp_path):
+  _, ranking = placements_ranking(tmp_path, {"ReZero": (None, -1.0, -1.0)}, {"ReZero": -1.0})
+  verdicts = judge.judge(STABILITY.LAB_PROTOCOL_V3, ranking)
+  assert {v.verdict for v in verdicts} == {"not testable at this tier"}
+  assert all(f"ReZero, {SHAPE} (a seed stable at no rate)" in v.would_change for v in verdicts)
+
+
+GRID_V4 = '''
+import dataclasses
+from nplace.config import base_config
+from nplace.experiments.stability import LAB_BASELINES, LAB_PROTOCOL_V3, V4
+from nplace.protocol import STABILITY_SWEEP, Protocol
+ARMS = {"Pre": {"model.placement": "pre"}, "Post": {"model.placement": "post"}, "Peri": {"model.placement": "peri"}}
+SEED_SETTING = "a test"
+def protocol(arg="cpu"):
+  return Protocol(**V4, kind=STABILITY_SWEEP, summary="", claims=(), arms=ARMS,
+                  lab=dataclasses.replace(LAB_PROTOCOL_V3, arms={k: ARMS[k] for k in ("Post", "Peri")}))
+def get_config(arg="cpu"):
+  c = base_config()
+  c.model.update(vocab_size=512, max_len=8, n_layer=2, d_model=32, n_head=2)
+  c.data.update(seq_len=8, synthetic_tokens=65536)
+  c.train.update(steps=200, batch_size=4, log_every=1, eval_every=100, eval_batches=1)
+  c.optim.warmup_steps = 10
+  return c
+def get_sweep(arg="cpu"):
+  return [{"model.placement": p, "optim.lr": lr, "seed": s} for p in ("pre", "post", "peri") for lr in (1e-3, 1e-2)
+          for s in (0, 1)]
+'''
+V4_MAX_LR = {"pre": 1e-2, "post": 1e-3, "peri": 1e-2}  # each placement's measured maximum stable rate
+
+
+def v4_study(root) -> pathlib.Path:
+  """ROOT/experiments/g.py (GRID_V4) and its sweep filed as ROOT/results/g_cpu (no lab.json)."""
+  (root / "experiments").mkdir(parents=True)
+  (root / "experiments" / "g.py").write_text(GRID_V4)
+  study = root / "results" / "g_cpu"
+  study.mkdir(parents=True)
+  (study / "grid.json").write_text(json.dumps({"config": "experiments/g.py:cpu"}))
+  module = grid.load_module(root / "experiments" / "g.py")
+  (study / "trials.jsonl").write_text("".join(
+      swept_trial(o, o["optim.lr"] <= V4_MAX_LR[o["model.placement"]], steps=200).to_json() + "\n"
+      for o in module.get_sweep()))
+  return study
+
+
+@pytest.fixture(scope="module")
+def range_tested(tmp_path_factory, env):
+  """(stdout, --json) of the installed `nplace lab --all` on GRID_V4 (3 placements x 2 rates),
+  filed with a lab.json."""
+  root = tmp_path_factory.mktemp("all")
+  study = v4_study(root)
+  (study / "lab.json").write_text(lab_record("experiments/g.py:cpu", {
+      (arm, "as configured"): 1e-3 for arm in ("Pre", "Post", "Peri")}, (0, 1)))
+  done = subprocess.run([NPLACE, "lab", "--all", "--config", "experiments/g.py:cpu", "--json", root / "all.json"],
+                        cwd=root, env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stdout + done.stderr
+  return done.stdout, json.loads((root / "all.json").read_text())
+
+
+def test_all_prints_one_row_per_configuration_with_what_the_filed_grid_measured(range_tested):
+  stdout, got = range_tested
+  rows = [line for line in stdout.splitlines() if line.startswith("| as configured |")]
+  assert [row.split(" | ")[1] for row in rows] == ["Pre", "Post", "Peri"]
+  for row, card in zip(rows, got["configurations"]):
+    cells = row.strip("| ").split(" | ")
+    assert cells[2:4] == [f"{card['predicted_max_lr']:.2g}", f"{card['score']:.2f}"]
+    assert [r["lr"] for r in card["range_test"]] == [1e-3, 1e-2] and len(cells) == 8
+    assert cells[-2:] == [f"{V4_MAX_LR[card['arm'].lower()]:.2g}", "0.001"]  # measured; lab.json's
+  assert ("| shape | arm | predicted max stable lr | score | L at 1.0e-03 | L at 1.0e-02 | measured max stable lr | "
+          "lab.json's prediction |") in stdout
+  assert f"rule version 4: {range_test.RULE}" in stdout and got["rule_version"] == 4
+  assert "cost: 3 configurations x their rates x 100 steps of one seed: 600 steps, 1/4 of the 2,400 the grid" in stdout
+  assert "wall time: " in stdout and got["wall_seconds"] > 0
+  assert stdout.count("range test ") >= 3  # a line as each configuration ends
+
+
+def test_rank_of_a_range_tested_grid_records_one_prediction_per_configuration(tmp_path, monkeypatch, capsys):
+  """`nplace lab --rank` of a grid whose lab protocol judges rule version 4: one range test per
+  configuration at the grid's config and rates, its card on each seed; a seed filed later takes
+  its configuration's card; the page shows the predictions beside the baselines."""
+  study = v4_study(tmp_path)
+  asked = []
+
+  def run_all(configurations, rise):
+    asked.append(sorted(configurations))
+    assert rise == 1.0
+    assert all(c.seed == range_test.RANGE_SEED and c.train.steps == 200 for cs in configurations.values() for c in cs)
+    assert all([c.optim.lr for c in cs] == [1e-3, 1e-2] for cs in configurations.values())
+    flat = lambda level: [(s, level) for s in range(1, 101)]
+    return {key: range_test.predict({1e-3: flat(3.0), 1e-2: flat(5.0 if key[0] == "Post" else 2.0)},
+                                    math.log(512), 10, rise) for key in configurations}
+  monkeypatch.setattr(range_test, "run_all", run_all)
+  assert main.main(["lab", "--rank", str(study)]) == 0
+  record = json.loads((study / "lab.json").read_text())
+  assert (record["rule_version"], record["rule"]) == (4, range_test.RULE) and len(record["scores"]) == 6
+  assert asked == [[(arm, "as configured") for arm in ("Peri", "Post", "Pre")]]
+  for r in record["scores"]:
+    assert r["predicted_max_lr"] == V4_MAX_LR[r["arm"].lower()] and len(r["range_test"]) == 2
+  out = capsys.readouterr().out
+  assert "The configurations judged (2)" in out and "Not judged: Pre" in out and "rule version 4: " in out
+  assert ("lab_beats_constant: reproduced; right within 0.25 decades, the lab (2 of 2) − the constant (0): 2.00; "
+          "2 fewer right for the lab") in out
+  record["scores"] = [r for r in record["scores"] if (r["arm"], r["seed"]) != ("Post", 1)]
+  (study / "lab.json").write_text(json.dumps(record))
+  assert main.main(["lab", "--rank", str(study)]) == 0
+  assert len(asked) == 1 and len(json.loads((study / "lab.json").read_text())["scores"]) == 6
+  out = capsys.readouterr().out
+  assert "6 configurations and seeds already scored by rule version 4, kept; scoring the other 0" in out
+
+  from nplace.studies.report import page as results_page
+  page = results_page.write(tmp_path / "results", repo=tmp_path).read_text()
+  assert "### The lab's predicted maximum stable rate: lab protocol v3, rule version 4" in page
+  assert ("| as configured | Post | 0.001 | 0.001, 0.001 | 0.001 right (+0.00) | 0.32 wrong (+2.50) | "
+          "0.32 wrong (+2.50) |") in page
+  assert "| The range test ranks the new placements as their measured maximum stable rates do" in page
+  assert "**not testable at this tier** | - | 2 | at least 3 configurations scored and swept" in page

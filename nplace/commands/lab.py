@@ -1,5 +1,13 @@
-"""The placement lab. `nplace lab PLACEMENT`: the placement's scorecard next to post, pre and
-peri: the maximum stable learning rate predicted from Adam's preconditioned sharpness after a
+"""The placement lab. `nplace lab --all`: rule version 4, a short learning-rate range test, on
+every configuration of a grid before it runs (default: the placements grid,
+experiments/stability.py:placements, the rule's blind test): each configuration's rates trained
+100 steps from one seed no grid uses, as one compiled program, and its predicted maximum stable
+learning rate, with L (the mean train loss of steps 91-100) at each rate; beside them, once the
+grid is filed and ranked, what it measured. `--config FILE:ARG` names another grid and
+`--config.KEY=VALUE` changes its config.
+
+`nplace lab PLACEMENT`: the placement's scorecard at init next to post, pre and peri: rule
+version 3's maximum stable learning rate predicted from Adam's preconditioned sharpness after a
 short warmup (the score is -log10 of it), the Hessian's sharpness at init, the product of the
 block Jacobians' norm bounds, and at init hidden-state growth, the block Jacobians' scale
 invariance, token similarity, the norms' backward factors, the gradient ratio and the
@@ -8,21 +16,23 @@ stress grid) made --depth blocks deep and --width wide, probed at init on a rand
 up on the config's own training batches, its curvature taken on the data's validation rows.
 
 `nplace lab --rank RESULTS/STUDY` (a committed learning-rate sweep, e.g. results/stability_v1_cpu):
-every configuration and seed scored at its trained depth, width and init, ranked against its
-LR sensitivity (Spearman's rho with a bootstrap interval over seeds), written to
-STUDY/lab.json for `nplace report --results`. `nplace lab --rank SWEEP_DIR` (protocol 0): the
-sweep's configurations scored on the --depth x --width model against their failure rate."""
+every configuration scored by the rule version its lab protocol judges (version 4's range test
+per configuration; version 3 at each trained depth, width and seed's init), ranked against what
+the grid measured (Spearman's rho with a bootstrap interval), written to STUDY/lab.json for
+`nplace report --results`. `nplace lab --rank SWEEP_DIR` (protocol 0): the sweep's
+configurations scored on the --depth x --width model against their failure rate."""
 import json
 import pathlib
 
 from absl import flags
 
 from nplace.commands.flags import Command
+from nplace.commands.sweep import config_args
 from nplace.config import experiment_path
 from nplace.errors import UsageError
 from nplace.placements import PLACEMENTS
 from nplace.studies import results
-from nplace.studies.lab import checks, measure, rank
+from nplace.studies.lab import checks, measure, rank, survey
 
 DEFAULT_CONFIG = "experiments/placements.py"
 
@@ -33,32 +43,47 @@ def _define(fv):
   flags.DEFINE_string("json", None, "write every number here", flag_values=fv)
   flags.DEFINE_string("rank", None, "sweep directory: rank its configurations by the lab's "
                       "score and by their measured outcomes", flag_values=fv)
+  flags.DEFINE_bool("all", False, f"range-test every configuration of the grid --config (default {survey.GRID}) "
+                    "by the rule's version 4", flag_values=fv)
 
 
-COMMAND = Command("nplace lab PLACEMENT [--depth 48] [--width 64] [--json OUT] [--config FILE[:ARG]] "
+COMMAND = Command("nplace lab --all [--config FILE:ARG] [--config.KEY=VALUE ...] [--json OUT] | "
+                  "nplace lab PLACEMENT [--depth 48] [--width 64] [--json OUT] [--config FILE[:ARG]] "
                   "[--config.KEY=VALUE ...] | nplace lab --rank RESULTS/STUDY [--json OUT] | "
                   "nplace lab --rank SWEEP_DIR [--depth 48] [--width 64] [--json OUT]", __doc__, _define, args=True,
                   output_files=("json",))
 
 
 def _with_default_config(argv):
-  """argv with `--config DEFAULT_CONFIG` first unless it names a config: the lab's model,
-  overridable with --config.model.x=y like any other."""
+  """argv with `--config` first unless it names a config: the lab's model (or with --all, the
+  placements grid), overridable with --config.model.x=y like any other."""
   named = any(a == "--config" or a.startswith("--config=") for a in argv)
-  return argv if named else [f"--config={experiment_path(DEFAULT_CONFIG)}", *argv]
+  default = survey.GRID if "--all" in argv else DEFAULT_CONFIG
+  return argv if named else [f"--config={experiment_path(default)}", *argv]
+
+
+def _shape_flags(fv) -> list[str]:
+  return [f"--{name}" for name in ("depth", "width") if fv[name].present]
 
 
 def main(argv):
-  fv, args = COMMAND.parse(_with_default_config(argv))
+  full = _with_default_config(argv)
+  fv, args = COMMAND.parse(full)
   if len(args) > 1:
     raise UsageError(f"unexpected argument {args[1]!r}")
   placement = args[0] if args else None
-  if fv.rank:
+  if fv.all:
+    if placement is not None or fv.rank:
+      raise UsageError("--all takes no PLACEMENT and no --rank: it range-tests every configuration of the grid "
+                       "--config")
+    if _shape_flags(fv):
+      raise UsageError(f"{_shape_flags(fv)[0]}: --all range-tests each configuration at its grid's own shape")
+    out = survey.survey(experiment_path(config_args(full)[0]), fv.config)
+  elif fv.rank:
     if placement is not None:
       raise UsageError(f"--rank takes no PLACEMENT (got {placement!r}): it scores the sweep's own")
     if (pathlib.Path(fv.rank) / results.GRID).is_file():
-      given = ([f"--{name}" for name in ("depth", "width") if fv[name].present]
-               + [a.split("=")[0] for a in argv if a.startswith("--config")])
+      given = _shape_flags(fv) + [a.split("=")[0] for a in argv if a.startswith("--config")]
       if given:
         raise UsageError(f"{given[0]}: a results study is scored with its own grid's config, "
                          "at each configuration's trained depth and width")
@@ -68,11 +93,11 @@ def main(argv):
   else:
     if placement not in PLACEMENTS:
       raise UsageError(f"placement {placement!r}: expected one of {', '.join(PLACEMENTS)}"
-                       if placement else "name a PLACEMENT or --rank SWEEP_DIR")
+                       if placement else "name a PLACEMENT, --all or --rank SWEEP_DIR")
     configs = {n: measure.lab_config(fv.config, fv.depth, fv.width, [("placement", n)])
                for n in dict.fromkeys((placement, *measure.BASELINES))}
     cards = measure.measure_all(configs)
     print(measure.scorecard(cards))
-    out = {"depth": fv.depth, "width": fv.width, "rule": checks.RULE, "cards": cards}
+    out = {"depth": fv.depth, "width": fv.width, "rule": checks.SHARPNESS_RULE, "cards": cards}
   if fv.json:
     pathlib.Path(fv.json).write_text(json.dumps(out, indent=1) + "\n")

@@ -50,6 +50,13 @@ def number(x, digits: int = 4) -> str:
   return f"{x:{_spec(x, digits)}}"
 
 
+def ci(mean, low, high, digits=2) -> str:
+  """A mean and its interval, `0.87 [0.59, 0.96]` (the mean alone where there is none)."""
+  if math.isnan(low):
+    return f"{mean:.{digits}f}"
+  return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
 def count(x) -> str:
   """A whole number with thousands separators: `11,893`."""
   if x is None:

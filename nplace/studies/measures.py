@@ -11,13 +11,17 @@ def measures_for(protocol, study, module, arg: str, horizon: float = 1.0, ranked
   """`protocol`'s measures of `study` (results.Study, with the trials it reuses) as they stood at
   `horizon` (a fraction of the run), its grid `module`'s variant ARG naming the trials not yet
   filed. A lab protocol ranks the lab's scores (STUDY/lab.json) against the measures of
-  `ranked`, the study protocol whose sweep it predicts: None where the lab has not scored it."""
+  `ranked`, the study protocol whose sweep it predicts, and against the baselines its claims
+  name (the grid module's LAB_BASELINES, on each arm): None where the lab has not scored it."""
   if protocol.kind == LAB:
     scored = ranking.scores_of(study)
     if scored is None:
       return None
     scores, predicted = scored
-    return ranking.Ranking(protocol, measures_for(ranked, study, module, arg, horizon), scores, predicted)
+    arms = results.arms(module, ranked)
+    baselines = {name: {arm: module.LAB_BASELINES[name](overrides) for arm, overrides in arms.items()}
+                 for name in dict.fromkeys(c.baseline for c in protocol.claims if c.baseline)}
+    return ranking.Ranking(protocol, measures_for(ranked, study, module, arg, horizon), scores, predicted, baselines)
   arms = results.arms(module, protocol)
   if protocol.kind in (LR_SWEEP, STABILITY_SWEEP, COMPARISON, FIXED_RATES):
     return lr_sensitivity.Measures(protocol, arms, study.trials, horizon, module.get_sweep(arg))

@@ -1,9 +1,12 @@
 """The lab's predictions against a sweep's measured outcomes: the measures a lab protocol
 (kind LAB, nplace/protocol.py) judges. Each configuration (arm, shape) of an LR-sensitivity
-study: the lab's init-time score of every seed (STUDY/lab.json, written by `nplace lab --rank`)
-against its LR sensitivity, paired by seed; Spearman's rho with a bootstrap over seeds (and
-over configurations, with the protocol's `resample_configurations`); and the predicted against
-the observed maximum stable learning rate.
+study: the lab's score of every seed (STUDY/lab.json, written by `nplace lab --rank`) against its
+LR sensitivity, paired by seed; Spearman's rho with a bootstrap over seeds (and over
+configurations, with the protocol's `resample_configurations`); and the predicted against the
+observed maximum stable learning rate. From lab protocol 3 on (CONFIGURATION_METRICS), one
+prediction per configuration (the range test's, recorded for each seed) against the measured
+maximum stable rate, over the protocol's `arms`: rho, how many are right, and both against
+baselines the grid file declares, compared on the same bootstrap draws.
 """
 import dataclasses
 import json
@@ -15,6 +18,9 @@ from nplace.studies import intervals
 from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict, partly_run
 
 SCORES = "lab.json"  # in a results study: the lab's score of every configuration and seed
+# The claims judged on one prediction per configuration against its measured maximum stable rate
+# (lab protocol 3 on, rule version 4's range test), over the lab protocol's `arms`.
+CONFIGURATION_METRICS = ("max_lr_rho_above_zero", "right_more_than", "ranks_better_than")
 
 
 def average_ranks(keys) -> np.ndarray:
@@ -45,65 +51,100 @@ def _geometric_mean(values) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-  """One configuration: the lab's score and the LR sensitivity of each of its seeds, paired."""
+  """One configuration: a score (the lab's, or a baseline's) and a measure of each of its seeds, paired."""
   arm: str
   shape: str
   score_S: np.ndarray
-  sensitivity_S: np.ndarray
+  measured_S: np.ndarray
 
 
 class Ranking:
   """Each configuration (arm, shape) of an LR-sensitivity study's `measures` (lr_sensitivity.py):
   `scores` (arm, shape, seed) -> lab score; `predicted` (arm, shape, seed) -> predicted maximum
-  stable rate (rule version 3 on)."""
+  stable rate (rule version 3 on); `baselines` label -> arm -> a baseline's predicted maximum
+  stable rate (the grid file's LAB_BASELINES, which a lab protocol's claims name)."""
 
-  def __init__(self, protocol, measures, scores: dict, predicted: dict | None = None):
-    self.protocol, self.measures, self.scores, self.predicted = protocol, measures, scores, predicted or {}
-    self.rows = []
-    for shape in measures.shapes:
-      for arm in measures.arms:
-        pairs = [(scores[(arm, shape, seed)], value) for seed, value in
-                 zip(measures.seeds, measures.per_seed("lr_sensitivity", arm, shape))
-                 if value is not None and (arm, shape, seed) in scores]
-        if pairs:
-          self.rows.append(Row(arm, shape, *map(np.array, zip(*pairs))))
+  def __init__(self, protocol, measures, scores: dict, predicted: dict | None = None, baselines: dict | None = None):
+    self.protocol, self.measures, self.scores = protocol, measures, scores
+    self.predicted, self.baselines = predicted or {}, baselines or {}
+    self.rows = self.paired("lr_sensitivity")
     self.seeds = measures.seeds
 
   def under(self, protocol) -> "Ranking":
     """The same scores and measures judged by another lab protocol (a threshold scaled: the
     sweep's measures do not depend on the lab's thresholds)."""
-    return Ranking(protocol, self.measures, self.scores, self.predicted)
+    return Ranking(protocol, self.measures, self.scores, self.predicted, self.baselines)
 
-  def rho(self) -> tuple[float, float, float]:
-    """Spearman's rho of the seed means and its bootstrap interval."""
-    rho = spearman([r.score_S.mean() for r in self.rows], [r.sensitivity_S.mean() for r in self.rows])
+  def configurations(self, arms=None) -> list[tuple[str, str]]:
+    """(arm, shape) of every configuration measured, of `arms` only where given."""
+    return [(arm, shape) for shape in self.measures.shapes for arm in self.measures.arms if arms is None or arm in arms]
+
+  def paired(self, metric: str, arms=None, baseline: str | None = None) -> list[Row]:
+    """Per configuration (of `arms`), the lab's score of each seed, or -log10 of a baseline's
+    predicted rate, beside the seed's `metric` (measures.per_seed), over the seeds that have both."""
+    rows = []
+    for arm, shape in self.configurations(arms):
+      pairs = [(self.scores[key] if baseline is None else -math.log10(self.baselines[baseline][arm]), value)
+               for seed, value in zip(self.measures.seeds, self.measures.per_seed(metric, arm, shape))
+               if value is not None and (key := (arm, shape, seed)) in self.scores]
+      if pairs:
+        rows.append(Row(arm, shape, *map(np.array, zip(*pairs))))
+    return rows
+
+  def _draws(self, rows: list[Row]):
+    """The bootstrap's draws over `rows`, each a list of (row index, its seeds drawn): each row's
+    seeds resampled, and the rows themselves with the protocol's `resample_configurations`.
+    The same for rows built alike (the same configurations and seeds), so two scores of the
+    same configurations are compared on the same draws."""
     rng = np.random.default_rng(self.protocol.bootstrap_seed)
-    resampled = []
     for _ in range(self.protocol.bootstrap_resamples):
-      rows = ([self.rows[i] for i in rng.integers(0, len(self.rows), len(self.rows))]
-              if self.protocol.resample_configurations else self.rows)
-      picks = [rng.integers(0, len(r.score_S), len(r.score_S)) for r in rows]
-      resampled.append(spearman([r.score_S[i].mean() for r, i in zip(rows, picks)],
-                                [r.sensitivity_S[i].mean() for r, i in zip(rows, picks)]))
+      index = (rng.integers(0, len(rows), len(rows)) if self.protocol.resample_configurations
+               else range(len(rows)))
+      yield [(i, rng.integers(0, len(rows[i].score_S), len(rows[i].score_S))) for i in index]
+
+  @staticmethod
+  def _rho_of(rows: list[Row], draw=None) -> float:
+    """Spearman's rho of the rows' seed means (over the seeds a draw picked, where given)."""
+    draw = draw if draw is not None else [(i, slice(None)) for i in range(len(rows))]
+    return spearman([rows[i].score_S[picked].mean() for i, picked in draw],
+                    [rows[i].measured_S[picked].mean() for i, picked in draw])
+
+  def _interval(self, resampled) -> tuple[float, float]:
     resampled = np.array(resampled)
     resampled = resampled[np.isfinite(resampled)]
-    if not len(resampled):
-      return rho, math.nan, math.nan
-    return rho, *intervals.bounds(resampled, self.protocol)
+    return intervals.bounds(resampled, self.protocol) if len(resampled) else (math.nan, math.nan)
 
-  def max_lrs(self) -> list[tuple[str, str, float | None, float | None]]:
-    """(arm, shape, predicted, observed) per configuration: geometric means over the seeds of
-    the lab's predicted maximum stable rate and of the largest rate each seed learned at (None
-    where a seed lacks one)."""
+  def rho(self, rows: list[Row] | None = None) -> tuple[float, float, float]:
+    """Spearman's rho of the seed means of `rows` (default: the lab score against LR
+    sensitivity) and its bootstrap interval."""
+    rows = self.rows if rows is None else rows
+    return self._rho_of(rows), *self._interval([self._rho_of(rows, draw) for draw in self._draws(rows)])
+
+  def rho_difference(self, rows: list[Row], other: list[Row]) -> tuple[float, float, float]:
+    """rho(rows) - rho(other), `other` built alike from another score, and its interval over
+    the same bootstrap draws."""
+    return (self._rho_of(rows) - self._rho_of(other),
+            *self._interval([self._rho_of(rows, draw) - self._rho_of(other, draw) for draw in self._draws(rows)]))
+
+  def max_lrs(self, arms=None, baseline: str | None = None) -> list[tuple[str, str, float | None, float | None]]:
+    """(arm, shape, predicted, observed) per configuration (of `arms`): the lab's predicted
+    maximum stable rate (a geometric mean over the seeds), or a baseline's, and the geometric
+    mean over the seeds of the largest rate each was stable at (None where a seed lacks one)."""
     out = []
-    for row in self.rows:
-      arm, shape = row.arm, row.shape
-      predicted = [self.predicted.get((arm, shape, seed)) for seed in self.measures.seeds]
+    for arm, shape in self.configurations(arms):
+      predicted = ([self.baselines[baseline][arm]] if baseline is not None else
+                   [self.predicted.get((arm, shape, seed)) for seed in self.measures.seeds])
       observed = [self.measures.max_stable_lr(arm, shape, seed) for seed in self.measures.seeds]
       out.append((arm, shape,
                   None if None in predicted or min(predicted) <= 0 else _geometric_mean(predicted),
                   None if None in observed else _geometric_mean(observed)))
     return out
+
+  def right(self, found, protocol=None) -> list[bool]:
+    """Per (arm, shape, predicted, observed) of `max_lrs`: predicted within the protocol's
+    `lr_tolerance` decades of observed."""
+    tolerance = (protocol or self.protocol).threshold("lr_tolerance")
+    return [abs(math.log10(p / o)) <= tolerance for _, _, p, o in found]
 
   def _max_lr_verdict(self, claim, protocol) -> Verdict:
     found = self.max_lrs()
@@ -111,7 +152,7 @@ class Ranking:
       return Verdict(claim, NOT_TESTABLE, (), None,
                            "a prediction and an observed maximum stable rate for every configuration")
     tolerance, target = protocol.threshold("lr_tolerance"), protocol.threshold("target_right")
-    right = [abs(math.log10(p / o)) <= tolerance for _, _, p, o in found]
+    right = self.right(found, protocol)
     fraction = float(np.mean(right))
     effect = Effect(f"{len(found)} configurations", fraction, math.nan, math.nan, len(self.seeds),
                           f"fraction predicted within {tolerance:g} decades")
@@ -120,12 +161,54 @@ class Ranking:
                          (effect,), None, f"{sum(right)} of {len(right)} right; "
                          f"{'fewer' if held else 'at least'} {math.ceil(target * len(right))} would change it")
 
+  def unjudgeable(self, arms) -> list[str]:
+    """The configurations of `arms` that a prediction of each one's maximum stable rate cannot be
+    judged on: not measured, or a seed without a prediction or without a stable rate."""
+    measured = {arm for arm, _ in self.configurations(arms)}
+    missing = [f"{arm} (not measured)" for arm in arms if arm not in measured]
+    return missing + [f"{arm}, {shape}" + (" (no prediction)" if p is None else " (a seed stable at no rate)")
+                      for arm, shape, p, o in self.max_lrs(arms) if p is None or o is None]
+
+  def _configuration_verdict(self, claim, protocol) -> Verdict:
+    """The per-configuration claims (CONFIGURATION_METRICS) over the lab protocol's `arms`: the
+    prediction of each one's maximum stable rate, against the measured rate and a baseline."""
+    arms = protocol.arms if protocol.arms is not None else self.measures.arms
+    lacking = self.unjudgeable(arms)
+    if lacking:
+      return Verdict(claim, NOT_TESTABLE, (), None, "a prediction and a measured maximum stable rate in every seed "
+                     f"of every configuration; lacking: {'; '.join(lacking)}")
+    n, seeds = len(self.configurations(arms)), len(self.seeds)
+    where = f"{n} configurations"
+    if claim.metric == "right_more_than":
+      ours, theirs = (sum(self.right(self.max_lrs(arms, b), protocol)) for b in (None, claim.baseline))
+      tolerance = protocol.threshold("lr_tolerance")
+      effect = Effect(where, ours - theirs, math.nan, math.nan, seeds, f"right within {tolerance:g} decades, "
+                      f"the lab ({ours} of {n}) − the {claim.baseline} ({theirs})")
+      held = ours > theirs
+      change = (f"{ours - theirs} fewer right for the lab, or as many more for the {claim.baseline}" if held
+                else f"{theirs - ours + 1} more right for the lab")
+      return Verdict(claim, REPRODUCED if held else NOT_REPRODUCED, (effect,), None, change)
+    if n < 3:
+      return Verdict(claim, NOT_TESTABLE, (), None, "at least 3 configurations scored and swept")
+    rows = self.paired("max_stable_lr", arms)
+    if claim.metric == "max_lr_rho_above_zero":
+      found, what = self.rho(rows), "Spearman's rho, lab score vs measured maximum stable rate (-log10)"
+    else:  # ranks_better_than
+      found = self.rho_difference(rows, self.paired("max_stable_lr", arms, claim.baseline))
+      what = f"Spearman's rho vs measured maximum stable rate, the lab − the {claim.baseline}"
+    held = found[1] > 0
+    return Verdict(claim, REPRODUCED if held else NOT_REPRODUCED, (Effect(where, *found, seeds, what),), None,
+                   f"{'an interval reaching 0' if held else 'an interval above 0'} (over seeds and configurations, "
+                   f"{protocol.bootstrap_resamples} draws)")
+
   def verdict(self, claim, protocol) -> Verdict:
     return partly_run(self._verdict(claim, protocol), getattr(self.measures, "missing", {}))
 
   def _verdict(self, claim, protocol) -> Verdict:
     if claim.metric == "max_lr_right":
       return self._max_lr_verdict(claim, protocol)
+    if claim.metric in CONFIGURATION_METRICS:
+      return self._configuration_verdict(claim, protocol)
     if len(self.rows) < 3:
       return Verdict(claim, NOT_TESTABLE, (), None,
                            "at least 3 configurations scored and swept")
@@ -148,6 +231,12 @@ class Ranking:
 def judges_max_lr(protocol) -> bool:
   """Whether a lab protocol judges the predicted maximum stable rates (and so shows them)."""
   return any(c.metric == "max_lr_right" for c in protocol.claims)
+
+
+def judges_configurations(protocol) -> bool:
+  """Whether a lab protocol judges one prediction per configuration (CONFIGURATION_METRICS):
+  the lab scores it with the range test, the rule's version 4."""
+  return any(c.metric in CONFIGURATION_METRICS for c in protocol.claims)
 
 
 def record_of(study) -> dict | None:

@@ -1,10 +1,12 @@
-"""The lab's theory checks as pure functions of probe results, and the stability rule.
+"""The lab's theory checks as pure functions of probe results, rule version 3, and every version's
+history.
 
 Each check reads numbers measured on one model (`nplace.probes.suite` at init, and the loss's
 curvature, `nplace.probes.curvature`, at init and after a short Adam warmup: measure.py);
 `checks` turns them into the scorecard's entries and `score` into the number that ranks
-placements. The rule (version 3) predicts the largest learning rate at which Adam stays stable,
-from the curvature Adam sees once its preconditioner has formed:
+placements. The rule is version 4 now, a short range test (range_test.py). Version 3, which lab
+protocols 1 and 2 judge and `nplace lab PLACEMENT` still prints, predicts the largest learning rate
+at which Adam stays stable from the curvature Adam sees once its preconditioner has formed:
 
   eta* = (2 + 2 b1) / ((1 - b1) lambda_P),   score = -log10 eta*,
 
@@ -23,7 +25,8 @@ import numpy as np
 from nplace.probes import curvature
 from nplace.studies import fits
 
-RULE_VERSION = 3
+RULE_VERSION = 4  # the rule's current version: nplace/studies/lab/range_test.py
+SHARPNESS_RULE_VERSION = 3  # this module's rule (`score`), the one lab protocols 1 and 2 judge
 RULE_HISTORY = (  # (version, commit, what changed): a rule changed after results is a new version
     (1, "e4f52bc", "the five terms; a block that is the identity at init (ReZero) made the scale check "
                    "NaN, and so its score"),
@@ -37,6 +40,13 @@ RULE_HISTORY = (  # (version, commit, what changed): a rule changed after result
                        "training set (protocol 1's grid, results/stability_v1_cpu) it ranks backwards, rho "
                        "-0.66 [-0.71, -0.44]: lambda_P settles near 38 / LR_REF in every configuration (the "
                        "warmup's own edge of stability), so eta* stays within ~3x of LR_REF; kept as declared"),
+    (4, "pending", "a new rule: a learning-rate range test (range_test.py), 100 steps of the full run's "
+                   "schedule at each rate of the sweep from seed 1000, which no grid trains; the largest rate "
+                   "that kept half the best rate's drop below ln V without blowing up. After v3 failed its "
+                   "blind test on protocol 2's grid (rho -0.05, 0 of 10 maximum stable rates within half a "
+                   "decade); chosen on protocols 1-3's filed trials, where it ties the structural heuristic "
+                   "(rho +0.87 [0.59, 0.96] on protocol 3's ten configurations, all ten within half a step); "
+                   "declared with lab protocol 3 before the placements grid, its blind test"),
 )
 # Adam's second moment averages over ~20 steps (1 / (1 - b2) at the grids' b2 = 0.95): by 25 its
 # preconditioner has formed, and the warmup stays a small part of the lab's time.
@@ -49,7 +59,7 @@ LR_REF = 1e-3
 POWER_ITERATIONS = 20
 SCALE = 10.0  # the output projections' multiplier c of the scale-invariance check (reported)
 CLONES = 0.9  # top-layer mean cosine at or above which the tokens count as clones (reported)
-RULE = (
+SHARPNESS_RULE = (
     f"predicted max stable lr eta* = (2 + 2 b1) / ((1 - b1) lambda_P), score = -log10 eta*: lambda_P "
     f"the top eigenvalue of Adam's preconditioned Hessian P^(-1/2) H P^(-1/2) ({POWER_ITERATIONS} power "
     f"iterations on Hessian-vector products, as many again shifted when the dominant eigenvalue is "
@@ -151,7 +161,7 @@ def terms(card: dict) -> dict:
 
 
 def score(card: dict) -> float:
-  """RULE's score, -log10 of the predicted max stable lr (inf when no rate is predicted stable)."""
+  """SHARPNESS_RULE's score, -log10 of the predicted max stable lr (inf when no rate is predicted stable)."""
   lr = card["predicted_max_lr"]
   return -math.log10(lr) if lr > 0 else math.inf
 

@@ -1,7 +1,7 @@
 """A model's scorecard (`nplace lab`): the probe suite and the lab's own measurements on the
 model made `depth` blocks deep and `width` wide, probed at init on a random batch, and the
 loss's curvature on the data's first validation rows at init and after a short Adam warmup on
-the config's own training batches; turned into checks, a score and a prediction (the rule:
+the config's own training batches; turned into checks, a score and a prediction (rule version 3:
 nplace/studies/lab/checks.py).
 """
 import functools
@@ -102,7 +102,7 @@ def measure(config) -> dict:
 
 def measure_all(configs: dict) -> dict:
   """Name -> measure(config), compiled through the persistent cache."""
-  _persistent_cache()
+  persistent_cache()
   return {name: measure(config) for name, config in configs.items()}
 
 
@@ -138,10 +138,10 @@ def scorecard(cards: dict) -> str:
   lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, width)).rstrip()
            for row in [("", *names), *rows]]
   lines += [f"{n}: {cards[n]['prediction']}" for n in names]
-  return "\n".join(lines + [f"rule: {lab_checks.RULE}"])
+  return "\n".join(lines + [f"rule version {lab_checks.SHARPNESS_RULE_VERSION}: {lab_checks.SHARPNESS_RULE}"])
 
 
-def _persistent_cache():
+def persistent_cache():
   """Compiled measurements kept across runs, so the baselines compile once per model:
   $JAX_COMPILATION_CACHE_DIR when set, else ~/.cache/nplace/jax."""
   if not jax.config.jax_compilation_cache_dir:

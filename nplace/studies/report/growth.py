@@ -70,7 +70,7 @@ def growth_table(measures) -> str:
         rows.append([shape, arm, title,
                      ", ".join(f"{d}: {markdown.number(a, 3)} → {markdown.number(b, 3)}"
                                for d, a, b in zip(depths, init, end)),
-                     "-" if math.isnan(p[0]) else tables.ci(*p),
+                     "-" if math.isnan(p[0]) else markdown.ci(*p),
                      markdown.number(fits.linear(depths, end), 3), markdown.number(fits.exponential(depths, end), 3)])
   return markdown.table(["shape", "arm", "top layer", "depth: init → end", "exponent p of D^p [interval]",
                          "R² linear in D", "R² exponential in D"], rows)

@@ -1,9 +1,11 @@
-"""The lab's part of a swept study's section on the results page: the lab's init-time prediction
-of each configuration against what the sweep measured, judged by the lab protocol the study's
-protocol names (nplace/studies/ranking.py), from STUDY/lab.json (`nplace lab --rank STUDY`)."""
+"""The lab's part of a swept study's section on the results page: the lab's prediction of each
+configuration against what the sweep measured, judged by the lab protocol the study's protocol
+names (nplace/studies/ranking.py), from STUDY/lab.json (`nplace lab --rank STUDY`): rule version
+3's init-time score against LR sensitivity, or (lab protocol 3 on) version 4's range test against
+the measured maximum stable rates and the grid file's baselines."""
 from nplace.studies import judge, markdown, measures as measures_lib, ranking as ranking_lib
 from nplace.studies.lab import checks as lab_checks
-from nplace.studies.lab.rank import max_lr_table, ranking_table
+from nplace.studies.lab.rank import configurations_part, max_lr_table, ranking_table
 from nplace.studies.report import tables
 
 
@@ -19,14 +21,19 @@ def lab_part(study, module, arg: str, protocol, tier: str) -> list[str]:
   scores = f"{study.path.name}/{ranking_lib.SCORES}"
   history = markdown.table(["rule version", "commit", "what changed"],
                            [[str(v), f"`{c}`", text] for v, c, text in lab_checks.RULE_HISTORY])
-  return [f"### The lab's init-time score against LR sensitivity: lab protocol v{lab.version}, "
-          f"rule version {header['rule_version']}",
+  per_configuration = ranking_lib.judges_configurations(lab)
+  if per_configuration:
+    title, parts = "The lab's predicted maximum stable rate", configurations_part(ranking)
+  else:
+    title = "The lab's init-time score against LR sensitivity"
+    parts = ["Per configuration (ranks: 1 = most stable):", ranking_table(ranking),
+               *(["Predicted against observed maximum stable learning rate:", max_lr_table(ranking)]
+                 if ranking_lib.judges_max_lr(lab) else [])]
+  return [f"### {title}: lab protocol v{lab.version}, rule version {header['rule_version']}",
           f"{lab.summary} Scores: [{scores}]({scores}) (`nplace lab --rank results/{study.path.name}`). "
           f"The rule: {header['rule']}",
           tables.thresholds_table(lab),
           tables.verdict_table(lab, judge.judge(lab, ranking), tier, len(ranking.seeds), fragile=judge.fragile(lab, found)),
           "With the threshold halved and doubled:", tables.sensitivity_table(lab, found),
-          "Per configuration (ranks: 1 = most stable):", ranking_table(ranking),
-          *(["Predicted against observed maximum stable learning rate:", max_lr_table(ranking)]
-            if ranking_lib.judges_max_lr(lab) else []),
+          *parts,
           "The rule's versions:", history]

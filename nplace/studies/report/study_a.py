@@ -61,7 +61,7 @@ def section(page, source, key: str) -> str:
 
 def _mean_cell(values, protocol, rng) -> str:
   """`mean [interval]` over the seeds (the protocol's method), or `-` where a seed has no value."""
-  return "-" if None in values or not values else tables.ci(*intervals.mean_interval(values, protocol, rng))
+  return "-" if None in values or not values else markdown.ci(*intervals.mean_interval(values, protocol, rng))
 
 
 def arm_table(protocol, measures) -> str:
@@ -227,7 +227,7 @@ def fixed_rates_table(protocol, measures) -> str:
           continue
         failed = sum(p.failed for p in points)
         low, high = exact.rate_interval(failed, len(points), protocol.interval)
-        rows.append([shape, f"{lr:.2g}", arm, f"{failed} of {len(points)}", tables.ci(failed / len(points), low, high),
+        rows.append([shape, f"{lr:.2g}", arm, f"{failed} of {len(points)}", markdown.ci(failed / len(points), low, high),
                      str(sum(p.blew_up for p in points)), str(sum(p.outcome == outcomes.DIVERGED for p in points)),
                      markdown.mean_std([measures.final_loss(p) for p in points], 3)])
   return markdown.table(["shape", "lr", "arm", "failed", f"failure rate [{protocol.interval:.0%} exact]", "blew up",
@@ -250,7 +250,7 @@ def effect_source_table(protocol, measures) -> str:
       for lrs in (measures.lrs, both):
         better, worse = (measures.sensitivity_over(arm, shape, lrs) for arm in (claim.better, claim.worse))
         usable = len(lrs) > 1 and None not in better + worse
-        cells.append(tables.ci(*intervals.difference(better, worse, protocol, rng)) if usable else "-")
+        cells.append(markdown.ci(*intervals.difference(better, worse, protocol, rng)) if usable else "-")
       rows.append([f"`{claim.id}`", shape, cells[0], ", ".join(f"{lr:.2g}" for lr in both) or "none", cells[1]])
   return markdown.table(["claim", "shape", "worse − better, whole sweep", "rates where every seed of both learned",
                          "worse − better there"], rows)

@@ -1,7 +1,6 @@
 """The pieces every study section of results/README.md shares: the scale it ran at, a protocol's
 thresholds, its verdicts (at each horizon too, with each three-way claim's false-positive rate
 and power), and the verdicts with each threshold halved and doubled."""
-import math
 
 from nplace.model import size
 from nplace.protocol import FINDING, THREE_WAY
@@ -37,19 +36,13 @@ def scale_line(module, arg: str, study, found) -> str:
           f"tokens a trial: a small-scale proxy of the seed's claim about {module.SEED_SETTING}.")
 
 
-def ci(mean, low, high, digits=2) -> str:
-  if math.isnan(low):
-    return f"{mean:.{digits}f}"
-  return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
 def effects(verdict) -> str:
   if verdict.counts is not None:
     b, w = verdict.counts
     outcome = "diverged" if verdict.claim.metric == "divergences" else "failed"
     return f"{outcome}: {verdict.claim.better} {b}, {verdict.claim.worse} {w}"
   whats = {e.what for e in verdict.effects}
-  text = "; ".join(f"{e.shape}: {ci(e.mean, e.low, e.high)}" for e in verdict.effects)
+  text = "; ".join(f"{e.shape}: {markdown.ci(e.mean, e.low, e.high)}" for e in verdict.effects)
   return f"{', '.join(sorted(whats))}: {text}" if text else "-"
 
 
