@@ -40,7 +40,7 @@ RULE_HISTORY = (  # (version, commit, what changed): a rule changed after result
                        "training set (protocol 1's grid, results/stability_v1_cpu) it ranks backwards, rho "
                        "-0.66 [-0.71, -0.44]: lambda_P settles near 38 / LR_REF in every configuration (the "
                        "warmup's own edge of stability), so eta* stays within ~3x of LR_REF; kept as declared"),
-    (4, "pending", "a new rule: a learning-rate range test (range_test.py), 100 steps of the full run's "
+    (4, "cd1fcad", "a new rule: a learning-rate range test (range_test.py), 100 steps of the full run's "
                    "schedule at each rate of the sweep from seed 1000, which no grid trains; the largest rate "
                    "that kept half the best rate's drop below ln V without blowing up. After v3 failed its "
                    "blind test on protocol 2's grid (rho -0.05, 0 of 10 maximum stable rates within half a "
