@@ -9,8 +9,10 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -49,7 +51,8 @@ def get_config(arg="keys"):
   c = experiment("tiny", "pre")  # the tiny preset, smaller still: these tests compile and train it
   c.model.update(n_layer=2, d_model=64)
   c.data.update(seq_len=32, synthetic_tokens=1 << 17)
-  c.train.update(steps=40 if arg == "pair" else 20, batch_size=8, log_every=1, eval_every=10, eval_batches=1)
+  c.train.update(steps={"pair": 40, "shared": 2}.get(arg, 20), batch_size=8, log_every=1, eval_every=10,
+                 eval_batches=1)
   c.optim.warmup_steps = 5
   c.checkpoint.every = 10
   c.eval.rouge = arg == "keys"  # the keys cell compares every eval number, generated ROUGE too; the rest skip it
@@ -63,6 +66,8 @@ def get_sweep(arg="keys"):
     return [{"optim.lr": 2e-3, "seed": 0}, {"optim.lr": 1e30, "seed": 0}, {"optim.lr": 3e-3, "seed": 1}]
   if arg == "pair":
     return [{"optim.lr": 2e-3, "seed": 0}, {"optim.lr": 3e-3, "seed": 1}]
+  if arg == "shared":  # two cells of one program at --batch 2, as a grid's seeds at one rate
+    return [{"seed": s} for s in range(4)]
   return [{"model.placement": p, "model.dt": dt, "seed": s} for p in ("pre", "peri") for dt in (1.0, 0.5)
           for s in (0, 1)]
 '''
@@ -247,3 +252,36 @@ def test_list_prints_one_runnable_command_per_cell(experiment, tmp_path, capsys,
 @pytest.mark.parametrize("trials,devices,ways", [(8, 2, 2), (3, 2, 1), (4, 8, 4), (16, 8, 8), (6, 4, 2)])
 def test_the_trial_axis_takes_the_devices_that_divide_the_cell(trials, devices, ways):
   assert sharding.trial_ways(load_experiment("tiny").mesh, devices, trials) == ways
+
+
+def test_cells_of_one_program_compile_it_once(experiment, tmp_path, monkeypatch):
+  """Two cells of one program (the same config, their runs differing only in the seed, as a grid's
+  seeds at one rate): the second cell reads every program the first compiled from the sweep's
+  persistent compilation cache (DIR/.jax_cache). jax.monitoring's events, in-process."""
+  monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "cache"))
+  compiles, hit = [], []  # (function, whether the persistent cache had it) per backend compile
+
+  def on_event(event, **_):
+    if event == "/jax/compilation_cache/cache_hits" and threading.current_thread() is threading.main_thread():
+      hit.append(True)  # recorded inside the backend compile it answers, before its duration
+
+  def on_duration(event, seconds, fun_name=None, **_):
+    if event == "/jax/core/compile/backend_compile_duration" and threading.current_thread() is threading.main_thread():
+      compiles.append((fun_name, bool(hit)))
+      hit.clear()
+
+  jax.monitoring.register_event_listener(on_event)
+  jax.monitoring.register_event_duration_secs_listener(on_duration)
+  try:
+    assert main.main(["sweep", "--config", f"{experiment}:shared", "--workdir", str(tmp_path / "sw"),
+                      "--batch", "2"]) == 0
+  finally:
+    jax.monitoring.unregister_event_listener(on_event)
+    jax.monitoring.unregister_event_duration_listener(on_duration)
+  record = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+  assert [t["status"] for t in record["trials"]] == ["completed"] * 4
+  first, second = compiles[:len(compiles) // 2], compiles[len(compiles) // 2:]
+  assert [name for name, _ in first] == [name for name, _ in second], compiles
+  assert not any(cached for _, cached in first) and all(cached for _, cached in second), compiles
+  assert any((tmp_path / "sw" / ".jax_cache").iterdir())
+  assert jax.config.jax_compilation_cache_dir is None  # the sweep's cache is the sweep's only

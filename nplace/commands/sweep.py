@@ -5,7 +5,8 @@ optim.eps, optim.min_lr_ratio and model.dt train K at a time as one compiled pro
 each still its own run; --batch 1 runs them one after another. Rerunning the same command skips
 finished trials and resumes interrupted ones; a trial (or cell) that fails is recorded and the
 sweep goes on. A grid that reuses another variant's trials (its `reuses(arg)`) skips them.
-DIR/sweep.json holds every trial's status and summary. --list prints the command
+DIR/sweep.json holds every trial's status and summary, DIR/.jax_cache JAX's compiled programs
+(unless JAX_COMPILATION_CACHE_DIR names another). --list prints the command
 of each trial (`nplace train`) or cell (`nplace sweep --cell N`) instead, one per pod worker."""
 import re
 import shlex
@@ -16,6 +17,7 @@ from etils import epath
 
 from nplace.commands.flags import Command
 from nplace.errors import UsageError
+from nplace.runtime import compile_cache
 from nplace.studies import grid, sweep
 from nplace.train.summary import SummaryError
 
@@ -87,7 +89,8 @@ def main(argv):
   except SummaryError as e:
     raise UsageError(str(e)) from None
   sweep.write_record(workdir / "sweep.json", record)
-  sweep.run(trials, workdir, record, groups)
+  with compile_cache.persistent(workdir / compile_cache.DIRNAME):  # cells of one program compile it once
+    sweep.run(trials, workdir, record, groups)
 
 
 def _without_reused(other: str, names: set[str], trials: list[grid.PlannedTrial],
