@@ -570,7 +570,7 @@ def test_the_range_test_wins_where_it_predicts_each_rate_and_the_baselines_do_no
   assert "| constant | - (one rate for all) | 0 of 9 | - | - |" in page
   assert "The configurations judged (9)" in page
   assert "Not judged: Pre-LN, Peri-LN, Pre-LN + embedding norm" in page and "all 12 configurations together" in page
-  assert "| 4 | `pending` |" in page  # the rule's versions
+  assert f"| 4 | `{lab_checks.RULE_HISTORY[-1][1]}` |" in page  # the rule's versions
 
 
 def test_the_range_test_loses_to_the_heuristic_where_that_predicts_every_rate(tmp_path):
