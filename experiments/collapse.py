@@ -97,6 +97,13 @@ POST_FACTOR_FALLS = Claim("post_factor_falls", "Post-LN's norm backward factor f
 CENTERED_FACTOR_STAYS = Claim("centered_factor_stays", "The centered arm, which keeps its gradient, keeps its "
                               "backward factor", metric="factor_stays", arm="Post-LN, centered", source=FINDING)
 
+CLONE_SIMILARITY = Threshold("clone_similarity", 0.99, "the top block's token similarity at init, raw and "
+                             "centered, at or above this: the tokens are clones", bound=1.0)
+PLATEAU_WINDOW = Threshold("plateau_window", 100, "steps: the loss has reached its plateau when its mean over this "
+                                                  "window lies within collapse_margin of the plateau")
+# What protocols 2 and 3 claim alike: collapse and escape, the control, and the clones at init.
+V2_CLAIMS_KEPT = (POST_COLLAPSES, CENTERED_ESCAPES, CENTERED_NOT_BY_SIZE, *CONTROLS_ESCAPE, POST_CLONES, *NO_CLONES)
+
 PROTOCOL = Protocol(
     name="collapse", version=2, kind=COLLAPSE_MECHANISMS,
     summary="48-layer models trained for 2,000 steps (cpu tier), 3 seeds per arm, probed every 25 "
@@ -111,23 +118,16 @@ PROTOCOL = Protocol(
     seeds=3, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95,
     thresholds=(
         COLLAPSE_MARGIN,
-        Threshold("clone_similarity", 0.99, "the top block's token similarity at init, raw and centered, at "
-                                            "or above this: the tokens are clones", bound=1.0),
+        CLONE_SIMILARITY,
         MAX_GRADIENT_RATIO,
         Threshold("min_factor_fall", 0.05, "the mean norm backward factor must end this far below its "
                                            "value at init to have fallen"),
         Threshold("min_explained", 0.5, "the norms' product must carry this share of the lost gradient's "
                                         "log10 to account for it"),
-        Threshold("plateau_window", 100, "steps: the loss has reached its plateau when its mean over this "
-                                         "window lies within collapse_margin of the plateau"),
+        PLATEAU_WINDOW,
     ),
     claims=(
-        POST_COLLAPSES,
-        CENTERED_ESCAPES,
-        CENTERED_NOT_BY_SIZE,
-        *CONTROLS_ESCAPE,
-        POST_CLONES,
-        *NO_CLONES,
+        *V2_CLAIMS_KEPT,
         *GRADIENT_CLAIMS,
         POST_FACTOR_FALLS,
         Claim("post_norms_account", "The norms' backward factors account for Post-LN's lost gradient",
@@ -163,24 +163,17 @@ PROTOCOL_V3 = Protocol(
     mechanisms_separate=True,
     thresholds=(
         COLLAPSE_MARGIN,
-        Threshold("clone_similarity", 0.99, "the top block's token similarity at init, raw and centered, at "
-                                            "or above this: the tokens are clones", bound=1.0),
+        CLONE_SIMILARITY,
         Threshold("max_gradient_ratio", 1e-4, "|dL/dh_1| / |dL/dh_L| below this at every read step: starved. "
                                               "A decade below the escaping runs' smallest at any probe of "
                                               "protocol 2 (10^-2.8), far above Post-LN's largest (10^-8.7)"),
         Threshold("min_factor_fall", 0.06, "the mean norm backward factor must end this far below its value "
                                            "at init to have fallen: between the centered arm's largest fall "
                                            "in protocol 2 (0.044) and Post-LN's smallest (0.087)"),
-        Threshold("plateau_window", 100, "steps: the loss has reached its plateau when its mean over this "
-                                         "window lies within collapse_margin of the plateau"),
+        PLATEAU_WINDOW,
     ),
     claims=(
-        POST_COLLAPSES,
-        CENTERED_ESCAPES,
-        CENTERED_NOT_BY_SIZE,
-        *CONTROLS_ESCAPE,
-        POST_CLONES,
-        *NO_CLONES,
+        *V2_CLAIMS_KEPT,
         Claim("post_gradient_starves", "Post-LN's lower layers stay starved of gradient: |dL/dh_1| / |dL/dh_L| "
               "below the threshold at every read step", metric="stays_starved", arm="Post-LN"),
         Claim("pre_gradient_kept", "Pre-LN's lower layers keep their gradient at every read step",
