@@ -66,8 +66,9 @@ def get_sweep(arg="keys"):
     return [{"optim.lr": 2e-3, "seed": 0}, {"optim.lr": 1e30, "seed": 0}, {"optim.lr": 3e-3, "seed": 1}]
   if arg == "pair":
     return [{"optim.lr": 2e-3, "seed": 0}, {"optim.lr": 3e-3, "seed": 1}]
-  if arg == "shared":  # two cells of one program at --batch 2, as a grid's seeds at one rate
-    return [{"seed": s} for s in range(4)]
+  if arg == "shared":  # two cells of one program at --batch 2, one varying lr, one weight decay and eps
+    return [{"seed": 0, "optim.lr": 2e-3}, {"seed": 1, "optim.lr": 3e-3}, {"seed": 2, "optim.weight_decay": 0.0},
+            {"seed": 3, "optim.eps": 1e-6}]
   return [{"model.placement": p, "model.dt": dt, "seed": s} for p in ("pre", "peri") for dt in (1.0, 0.5)
           for s in (0, 1)]
 '''
@@ -255,9 +256,10 @@ def test_the_trial_axis_takes_the_devices_that_divide_the_cell(trials, devices, 
 
 
 def test_cells_of_one_program_compile_it_once(experiment, tmp_path, monkeypatch):
-  """Two cells of one program (the same config, their runs differing only in the seed, as a grid's
-  seeds at one rate): the second cell reads every program the first compiled from the sweep's
-  persistent compilation cache (DIR/.jax_cache). jax.monitoring's events, in-process."""
+  """Two cells of one shape and placement, one varying lr and the other weight decay and eps (each
+  cell's step takes all three as arguments, steps.ALWAYS_TRACED): the second cell reads every
+  program the first compiled from the sweep's persistent compilation cache (DIR/.jax_cache).
+  jax.monitoring's events, in-process."""
   monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "cache"))
   compiles, hit = [], []  # (function, whether the persistent cache had it) per backend compile
 

@@ -96,3 +96,33 @@ def test_the_study_configs_train_step_is_bit_equal_to_the_filed_trials_step():
       losses.append(float(metrics["loss"]).hex()), norms.append(float(metrics["grad_norm"]).hex())
     found[placement] = (losses, norms)
   assert found == STUDY_STEPS
+
+
+def test_a_cell_traces_lr_weight_decay_and_eps_with_the_bits_of_constants():
+  """A study cell varying only lr (as the grids' cells do) takes weight decay and eps as arguments
+  too (steps.ALWAYS_TRACED: one program for a grid's cells of one shape and placement); its state
+  after 3 steps has the bits of the same cell with them as constants. Pre-LN and Peri-LN at dt 1
+  and Peri-LN at dt 0.1 (a constant dt beside the traced values), at the suite's -O0."""
+  from nplace.config import experiment
+  from nplace.train import cell as cell_lib
+  for placement, dt in (("pre", 1.0), ("peri", 1.0), ("peri", 0.1)):
+    c = experiment("stability", "cpu")
+    c.model.update(n_layer=6, d_model=32, placement=placement, embed_norm=placement == "peri", dt=dt)
+    configs = [c.copy_and_resolve_references() for _ in range(2)]
+    configs[1].optim.lr, configs[1].seed = 10 ** -0.5, 1
+    assert cell_lib.varying(configs) == ("optim.lr",)
+    assert cell_lib.traced(configs) == ("optim.lr", "optim.weight_decay", "optim.eps")
+    mesh = sharding.make_mesh(c.mesh, trials=2)
+    shardings = train_state.shardings(c, mesh, 2)
+    batches = jax.random.randint(jax.random.key(7), (3, 2, c.train.batch_size, c.data.seq_len + 1), 0, 256)
+    found = []
+    for keys in (cell_lib.varying(configs), cell_lib.traced(configs)):
+      step, _ = steps.compile_steps(c, mesh, shardings, keys)
+      hyper = {key: jnp.asarray([cell_lib.value(x, key) for x in configs], jnp.float32) for key in keys}
+      state, out = train_state.init(c, shardings, [0, 1]), []
+      for batch in batches:
+        state, metrics = step(state, batch, hyper, jnp.ones(2, bool))
+        out.append(np.asarray(metrics["loss"]))
+      found.append([*out, *map(np.asarray, jax.tree.leaves(state))])
+    for constant, argument in zip(*found):
+      np.testing.assert_array_equal(argument, constant, err_msg=f"{placement} dt {dt}")

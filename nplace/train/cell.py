@@ -68,6 +68,13 @@ def varying(configs) -> tuple[str, ...]:
   return tuple(key for key in steps.HYPERPARAMETERS if len({value(c, key) for c in configs}) > 1)
 
 
+def traced(configs) -> tuple[str, ...]:
+  """The HYPERPARAMETERS a cell's step takes as per-run arrays: steps.ALWAYS_TRACED and those its
+  runs differ in."""
+  differ = varying(configs)
+  return tuple(key for key in steps.HYPERPARAMETERS if key in steps.ALWAYS_TRACED or key in differ)
+
+
 class Cell:
   """The runs of one program, on `devices`: one run unstacked (`stacked` False), or K >= 2 runs
   stacked on the `trial` axis of a (trial, data, fsdp, tensor) mesh."""
@@ -80,6 +87,7 @@ class Cell:
                         "run one cell per host (nplace sweep --batch K --cell N), or the trials alone")
     K = len(runs) if self.stacked else None
     self.varying = varying([r.config for r in runs]) if self.stacked else ()
+    self.traced = traced([r.config for r in runs]) if self.stacked else ()
     self.mesh = sharding.make_mesh(self.config.mesh, devices, trials=K)
     # each run's slice laid out as a lone run's state: what it saves, and what its probes read
     self.run_mesh = sharding.make_mesh(self.config.mesh, devices) if self.stacked else self.mesh
@@ -92,7 +100,7 @@ class Cell:
     if self.stacked:
       trials = sharding.trial_sharding(self.mesh)
       self.hyper = {key: jax.device_put(jnp.asarray([value(r.config, key) for r in runs], jnp.float32), trials)
-                    for key in self.varying}
+                    for key in self.traced}
       self._active, self._active_K = None, None
       self._slice = jax.jit(lambda state, i: jax.tree.map(lambda x: x[i], state), out_shardings=self.run_shardings)
 
@@ -129,7 +137,7 @@ class Cell:
 
   def compile(self) -> None:
     self._train_step, eval_step = steps.compile_steps(self.config, self.mesh, self.state_shardings,
-                                                      self.varying if self.stacked else None)
+                                                      self.traced if self.stacked else None)
     # a cell's runs each evaluated at their own hyperparameters (model.dt changes the forward pass)
     self.eval_step = (lambda params, batches: eval_step(params, batches, self.hyper)) if self.stacked else eval_step
 

@@ -21,6 +21,12 @@ from nplace.train import optim
 # which only sets the init and the data order).
 HYPERPARAMETERS = ("optim.lr", "optim.weight_decay", "optim.b1", "optim.b2", "optim.eps", "optim.min_lr_ratio",
                    "model.dt")
+# Taken as arguments by every cell's step, varied or not, so that a grid's cells of one shape and
+# placement share one program: traced, they give the bits of the constants (tests/test_steps.py).
+# The others are arguments only where a cell varies them: optax computes 1 - b1, 1 - b2 and
+# 1 - min_lr_ratio from Python floats in float64, which float32 arguments do not reproduce, and
+# XLA folds a constant dt other than 1 into its neighbours.
+ALWAYS_TRACED = ("optim.lr", "optim.weight_decay", "optim.eps")
 
 
 def _microbatches(batch_BT1, k):
