@@ -19,6 +19,18 @@ def data(tmp_path_factory):
   return d
 
 
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+  """The same language in shards of 4,000 tokens (windows do not cross them)."""
+  d = base_config().data
+  d.update(cache_dir=str(tmp_path_factory.mktemp("cache")), seq_len=L, synthetic_tokens=20_000,
+           val_fraction=0.1, synthetic_vocab=64)
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(prepare, "SHARD_TOKENS", 4000)
+    assert len(prepare.read_meta(prepare.prepared_dir(d))["shards"]["train"]) == 5
+  return d
+
+
 def reference_windows(d, split):
   """Brute force: every window of seq_len+1 tokens at stride seq_len, shard by shard."""
   directory = prepare.prepared_dir(d)
@@ -107,3 +119,30 @@ def test_window_longer_than_a_split(data):
   data.seq_len = 4000  # the val split holds 2000 tokens
   with pytest.raises(DataError, match="seq_len\\+1=4001"):
     loader.make_iterator(data, "val", 1, seed=0, shuffle=False, process_index=0, process_count=1)
+
+
+@pytest.mark.parametrize("split,shuffle,processes", [("train", True, 1), ("train", True, 3), ("val", False, 2)])
+@pytest.mark.parametrize("dataset", ["data", "sharded"])
+def test_batches_are_grains_order_of_the_brute_force_windows(dataset, split, shuffle, processes, request):
+  """The loader gathers each batch's rows at once; its order is still grain's shuffle, repeat and
+  batch over the windows, read one at a time as the filed trials' loader read them (across
+  epochs, per process share, one shard or several), so a filed trial rerun sees the same data."""
+  data = request.getfixturevalue(dataset)
+  expected = grain.MapDataset.source(reference_windows(data, split))
+  if shuffle:
+    expected = expected.shuffle(seed=7)
+  if split == "train":
+    expected = expected.repeat()
+  expected = expected.batch(3, drop_remainder=True)
+  if split != "train":
+    expected = expected[:len(expected) // processes * processes]
+  for p in range(processes):
+    it = loader.make_iterator(data, split, 3, seed=7, shuffle=shuffle, process_index=p, process_count=processes)
+    share = iter(expected[p::processes].to_iter_dataset())
+    for _ in range(2 * len(reference_windows(data, split)) // 3 if split == "train" else 10 ** 9):
+      want = next(share, None)
+      got = next(it, None)
+      if want is None:
+        assert got is None
+        break
+      np.testing.assert_array_equal(got, want)

@@ -12,23 +12,32 @@ from nplace.errors import DataError
 
 
 class Windows:
-  """Random access to the windows of one split (a grain RandomAccessDataSource)."""
+  """The windows of one split: each shard seen as a [windows, seq_len+1] strided view, read a
+  batch of indices at a time."""
 
   def __init__(self, directory, split: str, seq_len: int):
     meta = prepare.read_meta(directory)
     prepare.check_windows(meta, seq_len, directory)
     self.seq_len = seq_len
-    self._shards = [np.memmap(f"{directory}/{name}", meta["dtype"], "r", shape=(n,))
-                    for name, n in meta["shards"][split]]
-    self._ends = np.cumsum([(len(s) - 1) // seq_len for s in self._shards])
+    shards = [np.memmap(f"{directory}/{name}", meta["dtype"], "r", shape=(n,)) for name, n in meta["shards"][split]]
+    self._views = [np.lib.stride_tricks.as_strided(s, ((len(s) - 1) // seq_len, seq_len + 1),
+                                                   (seq_len * s.itemsize, s.itemsize), writeable=False)
+                   for s in shards]
+    self._starts = np.cumsum([0] + [len(v) for v in self._views])
 
   def __len__(self) -> int:
-    return int(self._ends[-1])
+    return int(self._starts[-1])
 
-  def __getitem__(self, index: int) -> np.ndarray:
-    shard = int(np.searchsorted(self._ends, index, side="right"))
-    start = (index - (self._ends[shard - 1] if shard else 0)) * self.seq_len
-    return self._shards[shard][start:start + self.seq_len + 1].astype(np.int32)
+  def rows(self, indices_B: np.ndarray) -> np.ndarray:
+    """[B] window indices -> their windows, [B, seq_len+1] int32."""
+    shard_B = np.searchsorted(self._starts, indices_B, side="right") - 1
+    if len(self._views) == 1:
+      return self._views[0][indices_B].astype(np.int32)
+    out_BT1 = np.empty((len(indices_B), self.seq_len + 1), np.int32)
+    for shard in np.unique(shard_B):
+      mine = shard_B == shard
+      out_BT1[mine] = self._views[shard][indices_B[mine] - self._starts[shard]]
+    return out_BT1
 
 
 def make_iterator(data, split: str, batch_size: int, *, seed: int, shuffle: bool,
@@ -48,7 +57,9 @@ def make_iterator(data, split: str, batch_size: int, *, seed: int, shuffle: bool
     raise DataError(f"{data.source} ({split}): {len(windows)} windows of seq_len+1="
                     f"{data.seq_len + 1} tokens, fewer than a global batch of {batch_size} x "
                     f"{process_count} processes")
-  ds = grain.MapDataset.source(windows)
+  # grain orders and batches the windows' indices; the batch's rows are one gather. Read in the
+  # caller's thread: a cell of K runs would otherwise start K prefetch pools of 16 threads.
+  ds = grain.MapDataset.range(len(windows))
   if shuffle:
     ds = ds.shuffle(seed=seed)  # a repeated index beyond len reshuffles with seed + epoch
   if split == "train":
@@ -56,4 +67,5 @@ def make_iterator(data, split: str, batch_size: int, *, seed: int, shuffle: bool
   ds = ds.batch(batch_size, drop_remainder=True)
   if split != "train":
     ds = ds[:len(ds) // process_count * process_count]
-  return iter(ds[process_index::process_count].to_iter_dataset())
+  ds = ds[process_index::process_count].map(windows.rows)
+  return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)))
