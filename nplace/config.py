@@ -96,6 +96,10 @@ class ModelConfig(Section):
   init_std: float = key(0.02, "weight std for the gpt2 and normal schemes")
   loss_chunks: int = key(1, "train loss over this many slices of the sequence, logits recomputed in the backward "
                          "(never all [B, T, vocab] at once); must divide data.seq_len")
+  head_loss: str = key("gather", "the train loss's cross-entropy: gather (optax's integer labels over the logits "
+                       "sliced to the vocabulary; its backward scatters into [B, T, vocab]) | one_hot (over the "
+                       "padded logits, padding masked, the target's logit picked by a mask: no scatter, no slice)",
+                       ("gather", "one_hot"))
   head_vocab_multiple: int = key(128, "the head's product runs over the vocabulary padded with zero rows to a "
                                  "multiple of this, logits sliced back: same function, GEMM tiles aligned")
   remat: str = key("full", "rematerialisation policy per block: none | full | dots | dots_no_batch",

@@ -97,17 +97,22 @@ def test_unrolled_layers_keep_the_parameters_and_the_bits(make_config):
   jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
-@pytest.mark.parametrize("chunks,multiple,dtype", [
-    (2, 1, "float32"), (6, 128, "float32"), (1, 64, "float32"), (3, 128, "bfloat16")])
-def test_chunked_loss_and_padded_head_equal_the_plain_loss(make_config, chunks, multiple, dtype):
-  """loss_chunks and head_vocab_multiple only change how the head and loss are computed: the
-  value and every gradient stay those of the whole, unpadded head."""
+@pytest.mark.parametrize("chunks,multiple,dtype,head_loss", [
+    (2, 1, "float32", "gather"), (6, 128, "float32", "gather"), (1, 64, "float32", "gather"),
+    (3, 128, "bfloat16", "gather"), (1, 64, "float32", "one_hot"), (3, 128, "bfloat16", "one_hot")])
+def test_chunked_loss_and_padded_head_equal_the_plain_loss(make_config, chunks, multiple, dtype, head_loss):
+  """loss_chunks, head_vocab_multiple and head_loss only change how the head and loss are
+  computed: the value and every gradient stay those of the whole, unpadded head. The one-hot
+  loss's backward has no scatter (the gather's has)."""
   cfg = make_config(placement="peri", n_layer=2, dtype=dtype, loss_chunks=1, head_vocab_multiple=1).model
   params = random_params(cfg, jax.random.key(6), std=0.2)
   batch = jax.random.randint(jax.random.key(7), (3, 13), 0, cfg.vocab_size)
-  plain = jax.value_and_grad(functools.partial(decoder.loss, ModelConfig.of(cfg)))(params, batch)
-  cfg.update(loss_chunks=chunks, head_vocab_multiple=multiple)
-  scheduled = jax.value_and_grad(functools.partial(decoder.loss, ModelConfig.of(cfg)))(params, batch)
+  value_and_grad = lambda: jax.value_and_grad(functools.partial(decoder.loss, ModelConfig.of(cfg)))
+  scatters = lambda: str(jax.make_jaxpr(value_and_grad())(params, batch)).count("scatter-add")
+  plain, plain_scatters = value_and_grad()(params, batch), scatters()
+  cfg.update(loss_chunks=chunks, head_vocab_multiple=multiple, head_loss=head_loss)
+  scheduled = value_and_grad()(params, batch)
+  assert (scatters() < plain_scatters) == (head_loss == "one_hot")  # the embedding's backward keeps its own
   tolerance = 1e-5 if dtype == "float32" else 2e-3
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance), scheduled, plain)
   if dtype == "float32":  # both equal the mean negative log-likelihood of the formula's logits

@@ -162,12 +162,27 @@ def cross_entropy(logits_BTV, targets_BT):
   return optax.softmax_cross_entropy_with_integer_labels(logits_BTV, targets_BT).mean()
 
 
+def one_hot_token_losses(cfg, table_PD, h_BTD, targets_BT):
+  """Per-token cross-entropy [B, T] over the padded head's logits, the padding masked out and the
+  target's logit picked by comparing indices: its backward is elementwise (softmax minus the
+  mask), where optax's integer labels scatter into a [B, T, vocab] buffer and the slice to the
+  vocabulary pads the gradient back."""
+  logits_BTP = jnp.einsum("btd,pd->btp", h_BTD.astype(cfg.dtype), table_PD.astype(cfg.dtype)).astype(jnp.float32)
+  logits_BTP = constrain(logits_BTP, ("batch", "length", "act_vocab"))
+  vocab_P = jnp.arange(logits_BTP.shape[-1])
+  logits_BTP = jnp.where(vocab_P < cfg.vocab_size, logits_BTP, -jnp.inf)
+  target_BT = jnp.sum(jnp.where(vocab_P == targets_BT[..., None], logits_BTP, 0.0), axis=-1)
+  return jax.nn.logsumexp(logits_BTP, axis=-1) - target_BT
+
+
 def loss(cfg, params, batch_BT1, dt=None):
   """Loss on a `[B, T+1]` window: inputs are the first T tokens, targets the last T."""
   inputs_BT, targets_BT = batch_BT1[:, :-1], batch_BT1[:, 1:]
-  if cfg.loss_chunks == 1:
+  if cfg.loss_chunks == 1 and cfg.head_loss == "gather":
     return cross_entropy(apply(cfg, params, inputs_BT, dt=dt), targets_BT)
   h_BTD = apply(cfg, params, inputs_BT, head=False, dt=dt)
+  if cfg.loss_chunks == 1:
+    return one_hot_token_losses(cfg, head_table(cfg, params["wte"]["embedding"]), h_BTD, targets_BT).mean()
   return chunked_cross_entropy(cfg, params["wte"]["embedding"], h_BTD, targets_BT)
 
 
@@ -186,6 +201,8 @@ def chunked_cross_entropy(cfg, wte_VD, h_BTD, targets_BT):
 
   @jax.checkpoint
   def chunk_sum(h_BWD, targets_BW):
+    if cfg.head_loss == "one_hot":
+      return one_hot_token_losses(cfg, table_PD, h_BWD, targets_BW).sum()
     return optax.softmax_cross_entropy_with_integer_labels(lm_head(cfg, table_PD, h_BWD), targets_BW).sum()
 
   def add_chunk(total, chunk):
