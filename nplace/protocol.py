@@ -95,6 +95,7 @@ class LabClaim:
   metric: str  # rho_above_zero | rho_at_target | max_lr_right | max_lr_rho_above_zero | right_more_than | ranks_better_than
   source: str = SEED_CLAIM
   baseline: str | None = None  # the rule a *_than claim compares with: a key of the grid file's LAB_BASELINES
+  given: str | None = None  # a claim of the same protocol that must be reproduced for this one to be (its "... and")
 
 
 @dataclasses.dataclass(frozen=True)

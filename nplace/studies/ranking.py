@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from nplace.studies import intervals
+from nplace.studies import exact, intervals
 from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict, partly_run
 
 SCORES = "lab.json"  # in a results study: the lab's score of every configuration and seed
@@ -114,17 +114,25 @@ class Ranking:
     resampled = resampled[np.isfinite(resampled)]
     return intervals.bounds(resampled, self.protocol) if len(resampled) else (math.nan, math.nan)
 
+  def _draw_rho(self, rows, draw) -> float:
+    """rho on a bootstrap draw. Lab protocol 2 dropped the draws where a side has no ranks (NaN);
+    from protocol 3 such a draw counts as rho 0: where a rule predicts one rate for all but one
+    configuration, the draws that leave that one out rank nothing, and dropping them made its
+    one right call the whole interval."""
+    rho = self._rho_of(rows, draw)
+    return 0.0 if math.isnan(rho) and judges_configurations(self.protocol) else rho
+
   def rho(self, rows: list[Row] | None = None) -> tuple[float, float, float]:
     """Spearman's rho of the seed means of `rows` (default: the lab score against LR
     sensitivity) and its bootstrap interval."""
     rows = self.rows if rows is None else rows
-    return self._rho_of(rows), *self._interval([self._rho_of(rows, draw) for draw in self._draws(rows)])
+    return self._rho_of(rows), *self._interval([self._draw_rho(rows, draw) for draw in self._draws(rows)])
 
   def rho_difference(self, rows: list[Row], other: list[Row]) -> tuple[float, float, float]:
     """rho(rows) - rho(other), `other` built alike from another score, and its interval over
     the same bootstrap draws."""
     return (self._rho_of(rows) - self._rho_of(other),
-            *self._interval([self._rho_of(rows, draw) - self._rho_of(other, draw) for draw in self._draws(rows)]))
+            *self._interval([self._draw_rho(rows, draw) - self._draw_rho(other, draw) for draw in self._draws(rows)]))
 
   def max_lrs(self, arms=None, baseline: str | None = None) -> list[tuple[str, str, float | None, float | None]]:
     """(arm, shape, predicted, observed) per configuration (of `arms`): the lab's predicted
@@ -135,16 +143,29 @@ class Ranking:
       predicted = ([self.baselines[baseline][arm]] if baseline is not None else
                    [self.predicted.get((arm, shape, seed)) for seed in self.measures.seeds])
       observed = [self.measures.max_stable_lr(arm, shape, seed) for seed in self.measures.seeds]
-      out.append((arm, shape,
-                  None if None in predicted or min(predicted) <= 0 else _geometric_mean(predicted),
+      predicted_ok = None not in predicted and all(math.isfinite(x) and x > 0 for x in predicted)
+      out.append((arm, shape, _geometric_mean(predicted) if predicted_ok else None,
                   None if None in observed else _geometric_mean(observed)))
     return out
 
-  def right(self, found, protocol=None) -> list[bool]:
-    """Per (arm, shape, predicted, observed) of `max_lrs`: predicted within the protocol's
-    `lr_tolerance` decades of observed."""
-    tolerance = (protocol or self.protocol).threshold("lr_tolerance")
-    return [abs(math.log10(p / o)) <= tolerance for _, _, p, o in found]
+  def right(self, found, protocol=None) -> list[bool | None]:
+    """Per (arm, shape, predicted, observed) of `max_lrs`, whether the prediction is right. Lab
+    protocol 2: within `lr_tolerance` decades of the observed geometric mean. From protocol 3 (one
+    prediction per configuration): within it of a majority of the seeds' own maximum stable rates
+    (a mean of seeds that disagree is no seed's rate); None, not judged, where a seed was stable at
+    the sweep's top rate, whose maximum may lie decades higher."""
+    protocol = protocol or self.protocol
+    tolerance = protocol.threshold("lr_tolerance")
+    if not judges_configurations(protocol):
+      return [abs(math.log10(p / o)) <= tolerance for _, _, p, o in found]
+    out = []
+    for arm, shape, p, _ in found:
+      seeds = [self.measures.max_stable_lr(arm, shape, seed) for seed in self.seeds]
+      if any(rate is not None and rate >= max(self.measures.lrs) for rate in seeds):
+        out.append(None)
+      else:
+        out.append(2 * sum(rate is not None and abs(math.log10(p / rate)) <= tolerance for rate in seeds) > len(seeds))
+    return out
 
   def _max_lr_verdict(self, claim, protocol) -> Verdict:
     found = self.max_lrs()
@@ -177,20 +198,38 @@ class Ranking:
     if lacking:
       return Verdict(claim, NOT_TESTABLE, (), None, "a prediction and a measured maximum stable rate in every seed "
                      f"of every configuration; lacking: {'; '.join(lacking)}")
+    verdict = self._configuration_claim(claim, protocol, arms)
+    given = next((c for c in protocol.claims if c.id == claim.given), None)
+    if given is None or verdict.verdict != REPRODUCED:
+      return verdict
+    first = self._configuration_claim(given, protocol, arms)
+    if first.verdict == REPRODUCED:
+      return verdict
+    return dataclasses.replace(verdict, verdict=NOT_REPRODUCED,
+                               would_change=f"{given.id} reproduced (it reads {first.verdict}), then: {verdict.would_change}")
+
+  def _configuration_claim(self, claim, protocol, arms) -> Verdict:
     n, seeds = len(self.configurations(arms)), len(self.seeds)
     where = f"{n} configurations"
     if claim.metric == "right_more_than":
-      ours, theirs = (sum(self.right(self.max_lrs(arms, b), protocol)) for b in (None, claim.baseline))
+      ours, theirs = (self.right(self.max_lrs(arms, b), protocol) for b in (None, claim.baseline))
+      judged = [(a, b) for a, b in zip(ours, theirs) if a is not None]  # not where a seed is censored at the top
+      wins, losses = sum(a and not b for a, b in judged), sum(b and not a for a, b in judged)
+      p, alpha = exact.sign_p(wins, losses), protocol.threshold("sign_p")
       tolerance = protocol.threshold("lr_tolerance")
-      effect = Effect(where, ours - theirs, math.nan, math.nan, seeds, f"right within {tolerance:g} decades, "
-                      f"the lab ({ours} of {n}) − the {claim.baseline} ({theirs})")
-      held = ours > theirs
-      change = (f"{ours - theirs} fewer right for the lab, or as many more for the {claim.baseline}" if held
-                else f"{theirs - ours + 1} more right for the lab")
+      effect = Effect(where, wins - losses, math.nan, math.nan, seeds, f"right within {tolerance:g} decades of a "
+                      f"majority of seeds, the lab ({sum(a for a, _ in judged)} of {len(judged)} judged) − the "
+                      f"{claim.baseline} ({sum(b for _, b in judged)}); one-sided exact sign test p = {p:.3g}")
+      held = p <= alpha
+      change = (f"a sign test p above {alpha:g} ({wins} right where the {claim.baseline} was wrong, {losses} the "
+                f"other way)" if held else f"p at most {alpha:g}: {wins} against {losses} is too few")
       return Verdict(claim, REPRODUCED if held else NOT_REPRODUCED, (effect,), None, change)
     if n < 3:
       return Verdict(claim, NOT_TESTABLE, (), None, "at least 3 configurations scored and swept")
     rows = self.paired("max_stable_lr", arms)
+    if len({float(r.measured_S.mean()) for r in rows}) < 2:
+      return Verdict(claim, NOT_TESTABLE, (), None, "measured maximum stable rates that differ between "
+                     "configurations: there is no ranking to predict")
     if claim.metric == "max_lr_rho_above_zero":
       found, what = self.rho(rows), "Spearman's rho, lab score vs measured maximum stable rate (-log10)"
     else:  # ranks_better_than

@@ -221,7 +221,7 @@ def _judged(ranking, found) -> str:
   _, _, predicted, measured = found
   if predicted is None or measured is None:
     return "-" if predicted is None else f"{predicted:.2g}"
-  right = "right" if ranking.right([found])[0] else "wrong"
+  right = {True: "right", False: "wrong", None: "not judged"}[ranking.right([found])[0]]
   return f"{predicted:.2g} {right} ({round(math.log10(predicted / measured), 2) + 0.0:+.2f})"  # + 0.0: no -0.00
 
 
@@ -252,9 +252,9 @@ def scores_table(ranking, arms=None) -> str:
   for name in (None, *ranking.baselines):
     rows = ranking.paired("max_stable_lr", arms, name)
     ranks = len({float(r.score_S[0]) for r in rows}) > 1
-    found = [f for f in ranking.max_lrs(arms, name) if None not in f[2:]]
+    right = [r for r in ranking.right([f for f in ranking.max_lrs(arms, name) if None not in f[2:]]) if r is not None]
     body.append([LAB if name is None else name, markdown.ci(*ranking.rho(rows)) if ranks else "- (one rate for all)",
-                 f"{sum(ranking.right(found))} of {n}",
+                 f"{sum(right)} of {n}" + (f" ({len(right)} judged)" if len(right) < n else ""),
                  "-" if name is None or not ranks else markdown.ci(*ranking.rho_difference(ours, rows)),
                  markdown.ci(*ranking.rho(ranking.paired("lr_sensitivity", arms))) if name is None else "-"])
   tolerance = ranking.protocol.threshold("lr_tolerance")
@@ -270,7 +270,8 @@ def configurations_part(ranking) -> list[str]:
   judged = ranking.protocol.arms
   others = [arm for arm in ranking.measures.arms if judged is not None and arm not in judged]
   parts = [f"The configurations judged ({len(ranking.configurations(judged))}): predicted against measured "
-           "maximum stable learning rate (right: within `lr_tolerance` decades)", predictions_table(ranking, judged),
+           "maximum stable learning rate (right: within `lr_tolerance` decades of a majority of the seeds' rates; "
+           "not judged where a seed was stable at the sweep's top rate)", predictions_table(ranking, judged),
            scores_table(ranking, judged)]
   if others:
     parts += [f"Not judged: {', '.join(others)} (the lab protocol judges the configurations the rule was not "
