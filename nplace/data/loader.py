@@ -31,8 +31,6 @@ class Windows:
   def rows(self, indices_B: np.ndarray) -> np.ndarray:
     """[B] window indices -> their windows, [B, seq_len+1] int32."""
     shard_B = np.searchsorted(self._starts, indices_B, side="right") - 1
-    if len(self._views) == 1:
-      return self._views[0][indices_B].astype(np.int32)
     out_BT1 = np.empty((len(indices_B), self.seq_len + 1), np.int32)
     for shard in np.unique(shard_B):
       mine = shard_B == shard

@@ -78,11 +78,12 @@ def head_table(cfg, wte_VD):
   return jnp.pad(wte_VD, ((0, rows - V), (0, 0)))
 
 
-def lm_head(cfg, table_PD, h_BTD):
+def lm_head(cfg, table_PD, h_BTD, padded=False):
   """Logits [B, T, vocab] in float32, cast after a compute-dtype product (a float32 head was
-  ~40% of a bf16 124M step on a GPU); the padding's columns are cut off."""
+  ~40% of a bf16 124M step on a GPU); the padding's columns are cut off unless `padded`."""
   logits_BTP = jnp.einsum("btd,pd->btp", h_BTD.astype(cfg.dtype), table_PD.astype(cfg.dtype))
-  return constrain(logits_BTP[..., :cfg.vocab_size].astype(jnp.float32), ("batch", "length", "act_vocab"))
+  logits_BTP = logits_BTP if padded else logits_BTP[..., :cfg.vocab_size]
+  return constrain(logits_BTP.astype(jnp.float32), ("batch", "length", "act_vocab"))
 
 
 def _dummy_tokens(cfg):
@@ -167,8 +168,7 @@ def one_hot_token_losses(cfg, table_PD, h_BTD, targets_BT):
   target's logit picked by comparing indices: its backward is elementwise (softmax minus the
   mask), where optax's integer labels scatter into a [B, T, vocab] buffer and the slice to the
   vocabulary pads the gradient back."""
-  logits_BTP = jnp.einsum("btd,pd->btp", h_BTD.astype(cfg.dtype), table_PD.astype(cfg.dtype)).astype(jnp.float32)
-  logits_BTP = constrain(logits_BTP, ("batch", "length", "act_vocab"))
+  logits_BTP = lm_head(cfg, table_PD, h_BTD, padded=True)
   vocab_P = jnp.arange(logits_BTP.shape[-1])
   logits_BTP = jnp.where(vocab_P < cfg.vocab_size, logits_BTP, -jnp.inf)
   target_BT = jnp.sum(jnp.where(vocab_P == targets_BT[..., None], logits_BTP, 0.0), axis=-1)
