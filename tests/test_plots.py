@@ -65,3 +65,14 @@ def test_a_log_x_axis_over_one_to_two_decades_has_no_overlapping_labels():
   shown = [t.get_text() for t in fig.axes[0].get_xticklabels(minor=True) + fig.axes[0].get_xticklabels()
            if t.get_text()]
   assert {"10", "50"} <= set(shown), shown
+
+
+def test_a_sweep_with_more_arms_than_colours_draws_no_two_alike():
+  """The placements figure has 12 arms against matplotlib's 10 colours."""
+  rates = np.array([1e-3, 1e-2, 1e-1])
+  arm = {"mean": (rates, [3.0, 2.5, 2.8]), "seeds": (rates, [3.0, 2.5, 2.8]), "failed": (rates[:0], rates[:0]),
+         "dashed": False}
+  fig = plots.sweep({f"arm {i}": {**arm, "color": i} for i in range(12)}, "rate", "loss", cap=4.5)
+  handles = fig.axes[0].get_legend().legend_handles
+  assert len({(h.get_color(), h.get_marker()) for h in handles}) == 12
+  assert not misplaced_texts(fig)

@@ -215,6 +215,9 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None,
   return fig
 
 
+MEAN_MARKERS = ("o", "s", "^")
+
+
 @styled
 def sweep(arms, xlabel, ylabel, cap: float, hlines=None) -> Figure:
   """A learning-rate sweep: per arm label -> {"mean": (x, y), "seeds": (x, y), "failed": (x, y),
@@ -227,9 +230,12 @@ def sweep(arms, xlabel, ylabel, cap: float, hlines=None) -> Figure:
   set_log_scale(ax, "x")
   colors, handles, shown = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"], [], [np.array([cap])]
   for label, arm in arms.items():
-    color = colors[arm["color"] % len(colors)]
+    # Past the colour cycle's end an arm reuses a colour with another marker, so no two arms look alike.
+    round_, shade = divmod(arm["color"], len(colors))
+    color, mean_marker = colors[shade], MEAN_MARKERS[round_ % len(MEAN_MARKERS)]
     x, y = arm["mean"]
-    handles += ax.plot(x, y, color=color, ls="--" if arm["dashed"] else "-", marker="o", ms=3.5, label=label)
+    handles += ax.plot(x, y, color=color, ls="--" if arm["dashed"] else "-", marker=mean_marker, ms=3.5,
+                       label=label)
     for kind, marker in (("seeds", "."), ("failed", "x")):
       px, py = arm[kind]
       ax.plot(px, np.where(np.isfinite(py), py, cap), marker, color=color, ms=5 if kind == "failed" else 4,
