@@ -567,8 +567,8 @@ def test_the_range_test_wins_where_it_predicts_each_rate_and_the_baselines_do_no
   for row in ("Post-LN | 0.001 | 0.001, 0.001, 0.001 | 0.001 right (+0.00) | 0.32 wrong (+2.50) | 0.32 wrong (+2.50)",
               "Pre-LN, DyT | 0.15 | 0.1, 0.1, 0.32 | 0.1 right (-0.17) | 0.32 wrong (+0.33) | 0.1 right (-0.17)"):
     assert f"| {SHAPE} | {row} |" in page
-  assert "| range test | " in page and "| 9 of 9 | - | " in page
-  assert "| constant | - (one rate for all) | 1 of 9 | - | - |" in page
+  assert "| range test | " in page and "| 9 of 9: 1.00 [0.66, 1.00] | - | " in page  # Clopper-Pearson's interval
+  assert "| constant | - (one rate for all) | 1 of 9: 0.11 [0.00, 0.48] | - | - |" in page
   assert "The configurations judged (9)" in page
   assert "Not judged: Pre-LN, Peri-LN, Pre-LN + embedding norm" in page and "all 12 configurations together" in page
   assert f"| 4 | `{lab_checks.RULE_HISTORY[-1][1]}` |" in page  # the rule's versions
@@ -591,10 +591,12 @@ def test_the_range_test_loses_to_the_heuristic_where_that_predicts_every_rate(tm
 
 
 def test_a_seed_stable_at_no_rate_leaves_the_claims_not_testable(tmp_path):
-  _, ranking = placements_ranking(tmp_path, {"ReZero": (None, -1.0, -1.0)}, {"ReZero": -1.0})
+  study, ranking = placements_ranking(tmp_path, {"ReZero": (None, -1.0, -1.0)}, {"ReZero": -1.0})
   verdicts = judge.judge(STABILITY.LAB_PROTOCOL_V3, ranking)
   assert {v.verdict for v in verdicts} == {"not testable at this tier"}
   assert all(f"ReZero, {SHAPE} (a seed stable at no rate)" in v.would_change for v in verdicts)
+  page = "\n\n".join(report_lab.lab_part(study, STABILITY, "placements", STABILITY.PROTOCOL_PLACEMENTS, "cpu"))
+  assert f"| {SHAPE} | ReZero | none | none, 0.1, 0.1 | 0.1 |" in page
 
 
 # --- Lab protocol 3 attacked with synthetic outcomes: what must never read as reproduced ---

@@ -17,7 +17,7 @@ import numpy as np
 
 from nplace.config import validate
 from nplace.errors import ConfigError, UsageError
-from nplace.studies import grid, judge, markdown, measures as measures_lib, outcomes, ranking as ranking_lib
+from nplace.studies import exact, grid, judge, markdown, measures as measures_lib, outcomes, ranking as ranking_lib
 from nplace.studies import results, runs as runs_lib
 from nplace.studies.lab import checks as lab_checks, measure, range_test
 from nplace.studies.ranking import average_ranks, spearman
@@ -232,8 +232,8 @@ def predictions_table(ranking, arms=None) -> str:
   body = []
   for i, (arm, shape, _, measured) in enumerate(columns[LAB]):
     seeds = [ranking.measures.max_stable_lr(arm, shape, seed) for seed in ranking.seeds]
-    body.append([shape, arm, "-" if measured is None else f"{measured:.2g}",
-                 ", ".join("-" if x is None else f"{x:.2g}" for x in seeds),
+    body.append([shape, arm, "none" if None in seeds else "-" if measured is None else f"{measured:.2g}",
+                 ", ".join("none" if x is None else f"{x:.2g}" for x in seeds),  # none: stable at no rate
                  *(_judged(ranking, found[i]) for found in columns.values())])
   tolerance = ranking.protocol.threshold("lr_tolerance")
   return markdown.table(["shape", "arm", "measured max stable lr", "per seed",
@@ -253,13 +253,16 @@ def scores_table(ranking, arms=None) -> str:
     rows = ranking.paired("max_stable_lr", arms, name)
     ranks = len({float(r.score_S[0]) for r in rows}) > 1
     right = [r for r in ranking.right([f for f in ranking.max_lrs(arms, name) if None not in f[2:]]) if r is not None]
+    share = (markdown.ci(sum(right) / len(right), *exact.rate_interval(sum(right), len(right), ranking.protocol.interval))
+             if right else "-")
     body.append([LAB if name is None else name, markdown.ci(*ranking.rho(rows)) if ranks else "- (one rate for all)",
-                 f"{sum(right)} of {n}" + (f" ({len(right)} judged)" if len(right) < n else ""),
+                 f"{sum(right)} of {n}" + (f" ({len(right)} judged)" if len(right) < n else "") + f": {share}",
                  "-" if name is None or not ranks else markdown.ci(*ranking.rho_difference(ours, rows)),
                  markdown.ci(*ranking.rho(ranking.paired("lr_sensitivity", arms))) if name is None else "-"])
   tolerance = ranking.protocol.threshold("lr_tolerance")
   return markdown.table(["prediction", "rho vs measured max stable lr [interval]",
-                         f"right within {tolerance:g} decades", f"the {LAB}'s rho minus this one's [interval]",
+                         f"right within {tolerance:g} decades: the share of those judged [exact interval]",
+                         f"the {LAB}'s rho minus this one's [interval]",
                          "rho vs LR sensitivity (reported)"], body)
 
 
