@@ -776,6 +776,12 @@ def test_all_prints_one_row_per_configuration_with_what_the_filed_grid_measured(
   assert "cost: 3 configurations x their rates x 100 steps of one seed: 600 steps, 1/4 of the 2,400 the grid" in stdout
   assert "wall time: " in stdout and got["wall_seconds"] > 0
   assert stdout.count("range test ") >= 3  # a line as each configuration ends
+  # how far to trust it: the filed grid's blind scores and verdicts, as the page has them
+  assert ("How far to trust it: its blind test, lab protocol v3 on the filed grid (results/g_cpu, results/README.md), "
+          "over the 2 configurations it was not chosen on:") in stdout
+  assert "| range test | - (one rate for all) | 1 of 2 (1 judged): 1.00 [0.03, 1.00] | - | - |" in stdout  # Post right
+  assert "| constant | - (one rate for all) | 0 of 2 (1 judged): 0.00 [0.00, 0.97] | - | - |" in stdout
+  assert "lab_ranks_max_lr: not testable at this tier; " in stdout
 
 
 def test_rank_of_a_range_tested_grid_records_one_prediction_per_configuration(tmp_path, monkeypatch, capsys):

@@ -51,7 +51,10 @@ def number(x, digits: int = 4) -> str:
 
 
 def ci(mean, low, high, digits=2) -> str:
-  """A mean and its interval, `0.87 [0.59, 0.96]` (the mean alone where there is none)."""
+  """A mean and its interval, `0.87 [0.59, 0.96]` (the mean alone where there is none; `-` where
+  there is no mean, as a rho over too few configurations)."""
+  if math.isnan(mean):
+    return "-"
   if math.isnan(low):
     return f"{mean:.{digits}f}"
   return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"

@@ -174,9 +174,7 @@ def rank_sensitivity(study_dir) -> dict:
   ranking = measures_lib.measures_for(protocol.lab, study, module, arg, ranked=protocol)
   if per_configuration:
     print("\n\n".join(configurations_part(ranking)))
-    for v in judge.judge(ranking.protocol, ranking):
-      print(f"{v.claim.id}: {v.verdict}; "
-            + "".join(f"{e.what}: {markdown.ci(e.mean, e.low, e.high)}; " for e in v.effects) + v.would_change)
+    print(verdict_lines(ranking))
   else:
     rho, low, high = ranking.rho()
     print(ranking_table(ranking))
@@ -239,6 +237,13 @@ def predictions_table(ranking, arms=None) -> str:
   return markdown.table(["shape", "arm", "measured max stable lr", "per seed",
                          *(f"{name} (log10 predicted / measured; right within {tolerance:g})" if name == LAB else name
                            for name in columns)], body)
+
+
+def verdict_lines(ranking) -> str:
+  """The lab protocol's verdict on each claim, a line each, with its effects."""
+  return "\n".join(f"{v.claim.id}: {v.verdict}; " + "".join(f"{e.what}: {markdown.ci(e.mean, e.low, e.high)}; "
+                                                             for e in v.effects) + v.would_change
+                   for v in judge.judge(ranking.protocol, ranking))
 
 
 def scores_table(ranking, arms=None) -> str:

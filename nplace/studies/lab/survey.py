@@ -11,7 +11,7 @@ from nplace.errors import UsageError
 from nplace.runtime import cpu_split
 from nplace.studies import grid, markdown, measures as measures_lib, ranking as ranking_lib, results
 from nplace.studies import runs as runs_lib
-from nplace.studies.lab import checks as lab_checks, range_test
+from nplace.studies.lab import checks as lab_checks, range_test, rank
 from nplace.studies.lr_sensitivity import LR
 
 GRID = "experiments/stability.py:placements"
@@ -85,5 +85,10 @@ def survey(spec: str, base) -> dict:
   print(f"L: mean train loss over steps {range_test.RANGE_STEPS - range_test.READ_STEPS + 1}-{range_test.RANGE_STEPS} "
         f"(ln V where not finite); ! blew up\nrule version {lab_checks.RULE_VERSION}: {range_test.RULE}\n"
         f"cost: {cost}\nwall time: {wall:.0f} s on {cpu_split.cores()} cores")
+  if filed:
+    judged = filed.protocol.arms
+    print(f"\nHow far to trust it: its blind test, lab protocol v{filed.protocol.version} on the filed grid "
+          f"(results/{results.name_of(spec)}, results/README.md), over the {len(filed.configurations(judged))} "
+          f"configurations it was not chosen on:\n{rank.scores_table(filed, judged)}\n{rank.verdict_lines(filed)}")
   return {"config": spec, "rule_version": lab_checks.RULE_VERSION, "rule": range_test.RULE, "cost": cost,
           "wall_seconds": wall, "configurations": [{"arm": a, "shape": s, **card} for (a, s), card in cards.items()]}
