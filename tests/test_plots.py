@@ -1,5 +1,6 @@
 """Several runs on one axis (`plots.curves`): its labels, its legend and its reference lines."""
 import numpy as np
+import pytest
 
 from conftest import misplaced_texts
 from nplace.logs import plots
@@ -45,7 +46,7 @@ def test_dots_draw_each_value_and_the_mean_per_row():
 
 
 def test_a_legend_above_wraps_into_rows_inside_the_figure():
-  labels = ["Post-LN", "Post-LN, GPT-2 init", "Post-LN, centered", "Pre-LN", "Peri-LN"]
+  labels = ["Post-LN", "Post-LN, GPT-2 init", "Post-LN, centered", "Pre-LN", "Peri-LN", "Post-LN, small attention"]
   fig = plots.curves({label: ([0, 1], [1.0, 2.0]) for label in labels}, "step", "loss", "loss", legend_above=True)
   fig.canvas.draw()
   box = fig.axes[0].get_legend().get_window_extent()
@@ -76,3 +77,7 @@ def test_a_sweep_with_more_arms_than_colours_draws_no_two_alike():
   handles = fig.axes[0].get_legend().legend_handles
   assert len({(h.get_color(), h.get_marker()) for h in handles}) == 12
   assert not misplaced_texts(fig)
+  # six legend rows make the figure taller, not the axes smaller
+  two = plots.sweep({f"arm {i}": {**arm, "color": i} for i in range(2)}, "rate", "loss", cap=4.5)
+  assert fig.axes[0].get_window_extent().height == pytest.approx(two.axes[0].get_window_extent().height)
+  assert fig.bbox.height > two.bbox.height

@@ -25,7 +25,8 @@ STYLE = {"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fo
          "xtick.labelsize": 11, "ytick.labelsize": 11, "axes.grid": True, "grid.alpha": 0.3,
          "axes.titley": 1.0}
 MARGINS = {"left": 0.17, "right": 0.97, "bottom": 0.16, "top": 0.9}  # fixed: a layout engine costs ~4x the drawing
-LEGEND_COLUMNS, LEGEND_ROW = 3, 0.07  # a legend above the axes: entries per row, figure height per extra row
+# a legend above the axes: entries per row (with labels of at most LEGEND_LABEL_CHARS), HEIGHT's share per extra row
+LEGEND_COLUMNS, LEGEND_LABEL_CHARS, LEGEND_ROW = 3, 20, 0.07
 MIN_DECADES = 1.0  # a log axis spans at least this much, a linear one 10% of its level
 # A y or colorbar label, centred on the axes' 240 pixels, has ~300 before it leaves the figure:
 # ~31 characters at 12 points. Longer ones wrap (`wrapped`), a y label's extra lines taking
@@ -76,10 +77,16 @@ class _InView(ticker.Locator):
     return self.locator.view_limits(vmin, vmax)
 
 
-def new_figure(**margins):
-  """A figure of the shared size with one axes; `margins` override MARGINS (e.g. a wider left)."""
-  fig = Figure(figsize=(WIDTH / DPI, HEIGHT / DPI), dpi=DPI)
-  fig.subplots_adjust(**(MARGINS | margins))
+def new_figure(legend_rows: int = 1, **margins):
+  """A figure of the shared size with one axes; `margins` override MARGINS (e.g. a wider left).
+  Each legend row above the axes past the first makes the figure LEGEND_ROW of HEIGHT taller, so
+  the axes keep their size however many arms the legend lists."""
+  extra = LEGEND_ROW * HEIGHT * (legend_rows - 1)
+  height = HEIGHT + extra
+  margins = MARGINS | {"top": 1 - ((1 - MARGINS["top"]) * HEIGHT + extra) / height,
+                       "bottom": MARGINS["bottom"] * HEIGHT / height} | margins
+  fig = Figure(figsize=(WIDTH / DPI, height / DPI), dpi=DPI)
+  fig.subplots_adjust(**margins)
   FigureCanvasAgg(fig)
   return fig, fig.add_subplot()
 
@@ -181,8 +188,9 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None,
   the line at the axis' left edge (not in the legend, which then lists only the runs).
   `legend_above`: the legend above the axes (rows of LEGEND_COLUMNS), clear of the data, in place
   of the title."""
-  rows = math.ceil(len(series) / LEGEND_COLUMNS) if legend_above else 1
-  fig, ax = new_figure(top=MARGINS["top"] - LEGEND_ROW * (rows - 1))
+  # three short labels fit a row of the figure's width at 9 points; longer ones ("Post-LN, small attention") two
+  columns = LEGEND_COLUMNS if all(len(label) <= LEGEND_LABEL_CHARS for label in series) else LEGEND_COLUMNS - 1
+  fig, ax = new_figure(legend_rows=math.ceil(len(series) / columns) if legend_above else 1)
   set_yscale(ax, log_y)
   if log_x:
     set_log_scale(ax, "x")
@@ -204,7 +212,7 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None,
   crowded = len(series) > 4  # smaller and see-through, so a legend over data hides none of it
   handles = ax.get_lines()[:len(series)]
   if series and legend_above:
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(series), LEGEND_COLUMNS),
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(series), columns),
               fontsize=9, frameon=False, handlelength=1.2, columnspacing=1.0)
   elif series:
     ax.legend(handles=handles, loc="best", fontsize=8 if crowded else None, framealpha=0.5 if crowded else None)
@@ -226,7 +234,7 @@ def sweep(arms, xlabel, ylabel, cap: float, hlines=None) -> Figure:
   trial a cross at its loss, or at `cap` (the loss at init, drawn dotted) where it diverged.
   The rates at which every trial of every arm failed are shaded: the failure region."""
   columns = 2  # arm labels run long ("Peri-LN, no weight decay"): three a row leave the figure
-  fig, ax = new_figure(top=MARGINS["top"] - LEGEND_ROW * (math.ceil(len(arms) / columns) - 1))
+  fig, ax = new_figure(legend_rows=math.ceil(len(arms) / columns))
   set_log_scale(ax, "x")
   colors, handles, shown = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"], [], [np.array([cap])]
   for label, arm in arms.items():
