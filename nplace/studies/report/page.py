@@ -230,8 +230,9 @@ def write(results_dir, repo=None) -> pathlib.Path:
            "Each study below is judged by the protocol its grid file declares (claims, metrics, "
            "thresholds, seeds: fixed before its runs). `nplace report --results results/ SWEEP_DIR` "
            "files a finished sweep here and regenerates this page."]
-  for i, (study, module, arg, protocol) in enumerate(sections):
-    key = f"{i}_{pathlib.Path(study.path).name}"
+  for study, module, arg, protocol in sections:
+    # named by study and protocol, not by place on the page, so a new section renames no other figure
+    key = f"{pathlib.Path(study.path).name}_v{protocol.version}"
     parts.append(study_section(Section(page, study, module, arg, protocol, key, scales[study.path])))
   if (results_dir / "v0" / "README.md").is_file():
     parts += ["## Earlier results", EARLIER]
