@@ -27,6 +27,7 @@ STYLE = {"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fo
 MARGINS = {"left": 0.17, "right": 0.97, "bottom": 0.16, "top": 0.9}  # fixed: a layout engine costs ~4x the drawing
 # a legend above the axes: entries per row (with labels of at most LEGEND_LABEL_CHARS), HEIGHT's share per extra row
 LEGEND_COLUMNS, LEGEND_LABEL_CHARS, LEGEND_ROW = 3, 20, 0.07
+MEAN_MARKERS = ("o", "s", "^")  # a sweep's mean curves: one per pass through the colour cycle
 MIN_DECADES = 1.0  # a log axis spans at least this much, a linear one 10% of its level
 # A y or colorbar label, centred on the axes' 240 pixels, has ~300 before it leaves the figure:
 # ~31 characters at 12 points. Longer ones wrap (`wrapped`), a y label's extra lines taking
@@ -221,9 +222,6 @@ def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None,
   if not legend_above:
     ax.set_title(title)
   return fig
-
-
-MEAN_MARKERS = ("o", "s", "^")
 
 
 @styled
