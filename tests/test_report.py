@@ -116,6 +116,7 @@ def test_results_file_a_sweep_and_regenerate_the_readme_from_them_alone(grid, tm
   assert all(t["loss"] and t["warmup"] == 1 and t["vocab_size"] == 512 for t in filed if t["summary"]["status"] != "diverged")
   text = (results_dir / "README.md").read_text()
   assert "test grid, protocol v1" in text and figures(results_dir, text)
+  assert re.search(r"4 trials of \d+ steps \(2 stopped early as they diverged, at step \d+\)\.", text)
   assert table(text, "| claim |")[0]["verdict"] == "**reproduced**"  # Pre-LN 2 of 2 diverged, Peri-LN 0
   assert [(r["arm"], r["lr"], r["diverged"], r["learned"]) for r in table(text, "| shape | arm | lr |")] == [
       ("Pre-LN", "1e+30", "2", "0"), ("Peri-LN", "-", "0", "0")]

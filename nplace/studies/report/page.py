@@ -139,10 +139,22 @@ def _data_notes(study) -> list[str]:
   return [f"**Data notes** ({results.NOTES}): {notes.read_text().strip()}"] if notes.is_file() else []
 
 
+def _trials_line(trials) -> str:
+  """`324 trials of 1,000 steps (15 stopped early as they diverged, at steps 3 to 72).`"""
+  steps = [t.summary.step for t in trials]
+  full = max(steps)
+  early = [t for t in trials if t.summary.step < full]
+  if not early:
+    return f"{len(trials)} trials of {full:,} steps."
+  first, last = min(t.summary.step for t in early), max(t.summary.step for t in early)
+  why = f" as {'it' if len(early) == 1 else 'they'} diverged" if all(t.summary.status == "diverged" for t in early) else ""
+  at = f"step {first:,}" if first == last else f"steps {first:,} to {last:,}"
+  return f"{len(trials)} trials of {full:,} steps ({len(early)} stopped early{why}, at {at})."
+
+
 def _head(s: Section) -> list[str]:
   """The section's title, what re-judging means where it does, the protocol's summary and data."""
   own, protocol, study = s.module.protocol(s.arg), s.protocol, s.study
-  steps = sorted({t.summary.step for t in study.trials})
   rejudged = protocol != own
   return [
       f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`"
@@ -151,8 +163,8 @@ def _head(s: Section) -> list[str]:
       *([f"Version {protocol.version}'s rules on the trials version {own.version} ran (a new verdict beside "
          f"version {own.version}'s, which stands): a claim whose arm or probes those trials lack is not testable."]
         if rejudged else []),
-      f"{protocol.summary} {len(study.trials)} trials, {', '.join(map(str, steps))} steps each."
-      f"{_intervals_line(protocol)} Data: [{study.path.name}/]({study.path.name}/)"
+      f"{protocol.summary} {_trials_line(study.trials)}{_intervals_line(protocol)} "
+      f"Data: [{study.path.name}/]({study.path.name}/)"
       + (", and " + ", ".join(f"{n} trials of [{name}/]({name}/)" for name, n in study.reused)
          + (", the grid it widens" if len(study.reused) == 1 else ", the grids it widens")
          + " (the same config and trial names)." if study.reused else "."),
