@@ -100,6 +100,9 @@ class ModelConfig(Section):
                        "sliced to the vocabulary; its backward scatters into [B, T, vocab]) | one_hot (over the "
                        "padded logits, padding masked, the target's logit picked by a mask: no scatter, no slice)",
                        ("gather", "one_hot"))
+  qkv_projection: str = key("separate", "separate (three products, one per q, k, v) | fused (one product over "
+                            "their kernels stacked at trace time: the same parameters, one wider GEMM)",
+                            ("separate", "fused"))
   head_vocab_multiple: int = key(128, "the head's product runs over the vocabulary padded with zero rows to a "
                                  "multiple of this, logits sliced back: same function, GEMM tiles aligned")
   remat: str = key("full", "rematerialisation policy per block: none | full | dots | dots_no_batch",

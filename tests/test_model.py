@@ -97,6 +97,27 @@ def test_unrolled_layers_keep_the_parameters_and_the_bits(make_config):
   jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
+@pytest.mark.parametrize("placement,qk_norm,dtype", [("pre", False, "float32"), ("hybrid", True, "bfloat16")])
+def test_fused_qkv_projection_keeps_the_parameters_and_the_function(make_config, placement, qk_norm, dtype):
+  """model.qkv_projection=fused computes q, k and v in one product over the stacked kernels: the
+  same parameter tree (a checkpoint loads either way), the same loss and gradients (HybridNorm:
+  norms on q, k and v after the product) and greedy continuation (its KV cache), with one dot
+  where there were three."""
+  separate, fused = (ModelConfig.of(make_config(placement=placement, qk_norm=qk_norm, n_layer=2, dtype=dtype,
+                                                qkv_projection=p).model) for p in ("separate", "fused"))
+  key = jax.random.key(20)
+  params = random_params(separate, key, std=0.2)
+  batch = jax.random.randint(jax.random.key(21), (2, 13), 0, separate.vocab_size)
+  jax.tree.map(np.testing.assert_array_equal, decoder.init(fused, key), decoder.init(separate, key))
+  got, want = (jax.value_and_grad(functools.partial(decoder.loss, cfg))(params, batch) for cfg in (fused, separate))
+  tolerance = 1e-5 if dtype == "float32" else 2e-2
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance), got, want)
+  if dtype == "float32":
+    np.testing.assert_array_equal(*(decoder.generate(cfg, params, batch, prompt=5) for cfg in (fused, separate)))
+  dots = lambda cfg: str(jax.make_jaxpr(functools.partial(decoder.apply, cfg))(params, batch)).count("dot_general")
+  assert dots(separate) - dots(fused) == 2
+
+
 @pytest.mark.parametrize("chunks,multiple,dtype,head_loss", [
     (2, 1, "float32", "gather"), (6, 128, "float32", "gather"), (1, 64, "float32", "gather"),
     (3, 128, "bfloat16", "gather"), (1, 64, "float32", "one_hot"), (3, 128, "bfloat16", "one_hot")])

@@ -19,6 +19,7 @@ letter has one meaning across the package:
   R  recorded probe steps of a run     Y  a probe's values at one step (its layers or sites)
   X  any leading axes                  T1 T + 1 positions: a window of inputs and their targets
   J  an evaluation's validation batches, stacked
+  I  attention's input projections q, k, v, stacked (model.qkv_projection=fused)
 The synthetic language (nplace/data/synthetic.py): Z its contexts (the chain's state), M the
 successors of a context, U a token's candidate successors, G chains generated side by side,
 Q the group histories of a context, A the slots of a context's sampling table.

@@ -19,6 +19,7 @@ from nplace.runtime.sharding import constrain
 _ZEROS = nn.initializers.zeros_init()
 RESIDUAL = ("batch", "length", "act_embed")
 HEADS = ("batch", "length", "act_heads", "act_kv")
+QKV = ("q", "k", "v")  # the attention input projections, in the order the fused product stacks them
 
 
 def weight_std(cfg, fan_in: int, output: bool = False) -> float:
@@ -102,11 +103,13 @@ class Attention(nn.Module):
           kernel_init=nn.with_logical_partitioning(weight_init(cfg, D, gain=gain), ("embed", "heads", "kv")),
           bias_init=nn.with_logical_partitioning(_ZEROS, ("heads", "kv")))
 
-    def project_and_norm(name):
-      x_BTHK = constrain(project_in(name)(x_BTD), HEADS)
-      return Norm(cfg, name=f"{name}_norm")(x_BTHK) if name in self.qkv_norms else x_BTHK
-
-    q_BTHK, k_BSHK, v_BSHK = (project_and_norm(n) for n in ("q", "k", "v"))
+    if cfg.qkv_projection == "fused" and not self.is_initializing():  # init makes the three kernels
+      projected = self._fused_projections(x_BTD)
+    else:
+      projected = [project_in(name)(x_BTD) for name in QKV]
+    q_BTHK, k_BSHK, v_BSHK = (
+        Norm(cfg, name=f"{name}_norm")(constrain(x_BTHK, HEADS)) if name in self.qkv_norms else constrain(x_BTHK, HEADS)
+        for name, x_BTHK in zip(QKV, projected))
     if self.is_mutable_collection("cache") and not self.is_initializing():  # init makes params, not a cache
       k_BSHK, v_BSHK = self._cached(k_BSHK, v_BSHK, position)
     if position is not None:
@@ -123,6 +126,16 @@ class Attention(nn.Module):
             weight_init(cfg, D, self.depth_scaled, self.gain * cfg.attn_out_scale), ("heads", "kv", "embed")),
         bias_init=nn.with_logical_partitioning(_ZEROS, ("embed",)))(out_BTHK)
     return constrain(out_BTD, RESIDUAL)
+
+  def _fused_projections(self, x_BTD):
+    """q, k and v as DenseGeneral computes each, from one product over their kernels stacked
+    [D, I, H, K] (the parameters stay three: checkpoints and probes see no difference)."""
+    params = self.variables["params"]
+    kernel_DIHK = jnp.stack([params[name]["kernel"] for name in QKV], axis=1).astype(self.cfg.dtype)
+    out_BTIHK = jnp.einsum("btd,dihk->btihk", x_BTD.astype(self.cfg.dtype), kernel_DIHK)
+    if self.cfg.use_bias:
+      out_BTIHK = out_BTIHK + jnp.stack([params[name]["bias"] for name in QKV]).astype(self.cfg.dtype)
+    return [out_BTIHK[:, :, i] for i in range(len(QKV))]
 
   def _cached(self, k_BSHK, v_BSHK, position):
     """The cache's keys and values [B, S, H, K]: a prefill's own; a decode step's written at
