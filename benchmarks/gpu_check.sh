@@ -18,7 +18,8 @@
 # figures (the stages have not run together yet):
 #   install  the .whl/ wheels (device-bundle's preamble)                           ~15 s
 #   124m     torch.compile (~60 s of compile), then nplace (~30 s), nplace with
-#            model.head_loss=one_hot, scan_unroll=12 and qkv_projection=fused (~30 s) and the matmul
+#            model.head_loss=one_hot, scan_unroll=12, qkv_projection=fused and
+#            train.update_guard=cond (~30 s) and the matmul
 #            peak, 124M 16 x 1024, remat none                                      ~130 s (cap 150)
 #   cell     stability.py:gpu, 35 trials at depth 12 x 256, 200 steps: compiles
 #            ~60 s, steps and host ~30 s, 3 evaluations, 3 saves of 35 runs        ~120 s (cap 170)
@@ -52,8 +53,10 @@ else
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && ln -sfn ../experiments nplace/experiments && export PYTHONPATH=/tmp/site:$PWD || exit 1
   # the second 124M row: the levers not yet measured on a GPU, together (a scatter-free head loss,
-  # the layers unrolled, one q/k/v product); kept where faster, then measured apart
-  runs_124m=124m:16:none:auto,124m:16:none:auto:model.head_loss=one_hot:model.scan_unroll=12:model.qkv_projection=fused
+  # the layers unrolled, one q/k/v product, the update skipped in a conditional: no moment copies);
+  # kept where faster, then measured apart
+  levers=model.head_loss=one_hot:model.scan_unroll=12:model.qkv_projection=fused:train.update_guard=cond
+  runs_124m=124m:16:none:auto,124m:16:none:auto:$levers
   runs_15b=1.5b:16:dots:auto
   mfu_124m=(--steps 10) mfu_15b=(--steps 5)
   cell=(--config experiments/stability.py:gpu --trials 35 --steps 200)

@@ -153,6 +153,10 @@ class TrainConfig(Section):
   eval_batches: int = key(4, "validation batches per evaluation (always the same ones)")
   on_divergence: str = key("stop", "non-finite loss or gradient: stop (status diverged) | skip (drop the update)",
                            ("stop", "skip"))
+  update_guard: str = key("select", "how a non-finite step keeps the old params and optimizer state: select "
+                          "(the update computed, then the old state kept elementwise; XLA copies a donated state's "
+                          "AdamW moments first, ~1 GB a step at 124M) | cond (the update skipped in a conditional: "
+                          "no copies; a cell's per-run guard stays a select)", ("select", "cond"))
   spike_window: int = key(50, "steps in the rolling window of the loss-spike detector")
   spike_zscore: float = key(4.0, "a loss this many standard deviations above the window mean is a spike")
   peak_flops: float | None = key(None, "peak FLOP/s per device for perf/mfu; None = device table")

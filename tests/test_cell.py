@@ -161,11 +161,11 @@ def test_report_gives_the_batched_grid_the_table_of_the_unbatched_one(keys, env,
     assert float(cell_row[4]) == pytest.approx(float(alone_row[4]), abs=2e-4)  # val loss, 4 decimals
 
 
-@pytest.mark.parametrize("mode", ["stop", "skip"])
-def test_a_diverging_trial_stops_alone_while_the_others_train_on(experiment, tmp_path, monkeypatch, mode):
+@pytest.mark.parametrize("mode,guard", [("stop", "select"), ("skip", "cond")])  # cond: a select under the cell's vmap
+def test_a_diverging_trial_stops_alone_while_the_others_train_on(experiment, tmp_path, monkeypatch, mode, guard):
   monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "cache"))
   assert main.main(["sweep", "--config", f"{experiment}:diverge", "--workdir", str(tmp_path), "--batch", "3",
-                    f"--config.train.on_divergence={mode}"]) == 0
+                    f"--config.train.on_divergence={mode}", f"--config.train.update_guard={guard}"]) == 0
   summaries = {name: Summary.read(tmp_path / name / "summary.json")
                for name in ("lr=0.002,seed=0", "lr=1e+30,seed=0", "lr=0.003,seed=1")}
   huge = summaries.pop("lr=1e+30,seed=0")

@@ -2,6 +2,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -51,22 +52,33 @@ def test_grad_accumulation_equals_one_big_batch():
 
 
 def test_non_finite_step_leaves_params_and_optimizer_state():
-  c = tiny_config()
-  c.train.batch_size, c.optim.warmup_steps = 4, 0
-  state, step = _one_device_steps(c)
-  batch = jax.random.randint(jax.random.key(0), (4, c.data.seq_len + 1), 0, c.model.vocab_size)
-  state, _ = step(state, batch)
-  before = jax.tree.map(np.array, jax.device_get(state))
-  poisoned = dict(state, params=jax.tree.map(lambda p: p, state["params"]))
-  poisoned["params"]["wte"]["embedding"] = poisoned["params"]["wte"]["embedding"].at[0, 0].set(jnp.nan)
-  batch = batch.at[:, 0].set(0)  # every sequence reads the poisoned row
-  before["params"]["wte"]["embedding"][0, 0] = np.nan
-  after, m = step(poisoned, batch)
-  assert not bool(m["finite"]) and int(after["step"]) == 2
-  for a, b in zip(jax.tree.leaves(after["opt_state"]), jax.tree.leaves(before["opt_state"])):
-    np.testing.assert_array_equal(a, b)
-  np.testing.assert_array_equal(after["params"]["blocks"]["attn"]["q"]["kernel"],
-                                before["params"]["blocks"]["attn"]["q"]["kernel"])
+  """Either guard (train.update_guard): a finite step updates, a non-finite one keeps the params
+  and optimizer state; the two guards' states are the same bits. The conditional one does it
+  without the copies of the donated state that the select makes XLA insert."""
+  after_both = {}
+  for guard in ("select", "cond"):
+    c = tiny_config()
+    c.train.batch_size, c.optim.warmup_steps, c.train.update_guard = 4, 0, guard
+    state, step = _one_device_steps(c)
+    batch = jax.random.randint(jax.random.key(0), (4, c.data.seq_len + 1), 0, c.model.vocab_size)
+    state, _ = step(state, batch)
+    before = jax.tree.map(np.array, jax.device_get(state))
+    poisoned = dict(state, params=jax.tree.map(lambda p: p, state["params"]))
+    poisoned["params"]["wte"]["embedding"] = poisoned["params"]["wte"]["embedding"].at[0, 0].set(jnp.nan)
+    batch = batch.at[:, 0].set(0)  # every sequence reads the poisoned row
+    before["params"]["wte"]["embedding"][0, 0] = np.nan
+    after, m = step(poisoned, batch)
+    assert not bool(m["finite"]) and int(after["step"]) == 2
+    for a, b in zip(jax.tree.leaves(after["opt_state"]), jax.tree.leaves(before["opt_state"])):
+      np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(after["params"]["blocks"]["attn"]["q"]["kernel"],
+                                  before["params"]["blocks"]["attn"]["q"]["kernel"])
+    after_both[guard] = before, jax.device_get(after)
+    abstract = (train_state.abstract(c), jax.ShapeDtypeStruct(batch.shape, batch.dtype))
+    hlo = jax.jit(steps.make_train_step(c), donate_argnums=0).lower(*abstract).compile().as_text()
+    copied = re.findall(r"copy\(%?state\S*opt_state", hlo)  # the donated moments, copied before the update
+    assert bool(copied) == (guard == "select"), (guard, len(copied))
+  jax.tree.map(np.testing.assert_array_equal, after_both["cond"], after_both["select"])
 
 
 # Study A's cpu grid's train step on fixed batches: the same bits at 56b0cfa (protocols 2 and 3's

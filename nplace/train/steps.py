@@ -58,13 +58,19 @@ def _run_step(config):
       (loss, grads), _ = jax.lax.scan(accumulate, zeros, _microbatches(batch_BT1, k))
       loss, grads = jax.tree.map(lambda x: x / k, (loss, grads))
     grad_norm = optax.tree.norm(grads)
-    updates, opt_state = tx.update(grads, state["opt_state"], params)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    keep_if_finite = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite & active, new, old))
-    new_state = {"step": state["step"] + 1,
-                 "params": keep_if_finite(optax.apply_updates(params, updates), params),
-                 "opt_state": keep_if_finite(opt_state, state["opt_state"])}
-    return new_state, {"loss": loss, "grad_norm": grad_norm, "lr": lr_at(state["step"]), "finite": finite}
+
+    def update(old):
+      updates, opt_state = tx.update(grads, old["opt_state"], old["params"])
+      return {"params": optax.apply_updates(old["params"], updates), "opt_state": opt_state}
+
+    old = {"params": params, "opt_state": state["opt_state"]}
+    if config.train.update_guard == "cond":  # under a cell's vmap, a select again
+      new = jax.lax.cond(finite & active, update, lambda old: old, old)
+    else:
+      new = jax.tree.map(lambda new, old: jnp.where(finite & active, new, old), update(old), old)
+    return ({"step": state["step"] + 1, **new},
+            {"loss": loss, "grad_norm": grad_norm, "lr": lr_at(state["step"]), "finite": finite})
 
   return step
 
