@@ -104,12 +104,11 @@ class Attention(nn.Module):
           bias_init=nn.with_logical_partitioning(_ZEROS, ("heads", "kv")))
 
     if cfg.qkv_projection == "fused" and not self.is_initializing():  # init makes the three kernels
-      projected = self._fused_projections(x_BTD)
+      projected = [constrain(x_BTHK, HEADS) for x_BTHK in self._fused_projections(x_BTD)]
     else:
-      projected = [project_in(name)(x_BTD) for name in QKV]
-    q_BTHK, k_BSHK, v_BSHK = (
-        Norm(cfg, name=f"{name}_norm")(constrain(x_BTHK, HEADS)) if name in self.qkv_norms else constrain(x_BTHK, HEADS)
-        for name, x_BTHK in zip(QKV, projected))
+      projected = [constrain(project_in(name)(x_BTD), HEADS) for name in QKV]
+    q_BTHK, k_BSHK, v_BSHK = (Norm(cfg, name=f"{name}_norm")(x_BTHK) if name in self.qkv_norms else x_BTHK
+                              for name, x_BTHK in zip(QKV, projected))
     if self.is_mutable_collection("cache") and not self.is_initializing():  # init makes params, not a cache
       k_BSHK, v_BSHK = self._cached(k_BSHK, v_BSHK, position)
     if position is not None:

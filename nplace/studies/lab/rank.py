@@ -258,8 +258,8 @@ def scores_table(ranking, arms=None) -> str:
     rows = ranking.paired("max_stable_lr", arms, name)
     ranks = len({float(r.score_S[0]) for r in rows}) > 1
     right = [r for r in ranking.right([f for f in ranking.max_lrs(arms, name) if None not in f[2:]]) if r is not None]
-    share = (markdown.ci(sum(right) / len(right), *exact.rate_interval(sum(right), len(right), ranking.protocol.interval))
-             if right else "-")
+    level = ranking.protocol.interval
+    share = markdown.ci(sum(right) / len(right), *exact.rate_interval(sum(right), len(right), level)) if right else "-"
     body.append([LAB if name is None else name, markdown.ci(*ranking.rho(rows)) if ranks else "- (one rate for all)",
                  f"{sum(right)} of {n}" + (f" ({len(right)} judged)" if len(right) < n else "") + f": {share}",
                  "-" if name is None or not ranks else markdown.ci(*ranking.rho_difference(ours, rows)),

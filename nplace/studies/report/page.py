@@ -147,7 +147,8 @@ def _trials_line(trials) -> str:
   if not early:
     return f"{len(trials)} trials of {full:,} steps."
   first, last = min(t.summary.step for t in early), max(t.summary.step for t in early)
-  why = f" as {'it' if len(early) == 1 else 'they'} diverged" if all(t.summary.status == "diverged" for t in early) else ""
+  diverged = all(t.summary.status == "diverged" for t in early)
+  why = f" as {'it' if len(early) == 1 else 'they'} diverged" if diverged else ""
   at = f"step {first:,}" if first == last else f"steps {first:,} to {last:,}"
   return f"{len(trials)} trials of {full:,} steps ({len(early)} stopped early{why}, at {at})."
 
