@@ -39,10 +39,15 @@ mkdir -p "$res"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1  # a stage cut by its timeout keeps what it printed
 
+# the second 124M row: the levers not yet measured on a GPU, together (a scatter-free head loss,
+# the layers unrolled, one q/k/v product, the update skipped in a conditional: no moment copies);
+# kept where faster, then measured apart
+levers=model.head_loss=one_hot:model.qkv_projection=fused:train.update_guard=cond
 if [[ ${GPU_CHECK_SMOKE:-} == 1 ]]; then
   export JAX_PLATFORMS=cpu PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
   toy=model.n_layer=2:model.d_model=64:model.n_head=2:data.seq_len=64:model.max_len=64
-  runs_124m=124m:2:none:auto:$toy runs_15b=1.5b:2:dots:auto:$toy
+  runs_124m=124m:2:none:auto:$toy,124m:2:none:auto:$toy:$levers:model.scan_unroll=2
+  runs_15b=1.5b:2:dots:auto:$toy
   mfu_124m=(--steps 2 --matmul-size 256) mfu_15b=(--steps 2 --matmul-size 256)
   cell=(--config experiments/stability.py:cpu --trials 2 --steps 4)
   torch_124m=eager torch_15b=eager
@@ -52,11 +57,7 @@ else
   fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && ln -sfn ../experiments nplace/experiments && export PYTHONPATH=/tmp/site:$PWD || exit 1
-  # the second 124M row: the levers not yet measured on a GPU, together (a scatter-free head loss,
-  # the layers unrolled, one q/k/v product, the update skipped in a conditional: no moment copies);
-  # kept where faster, then measured apart
-  levers=model.head_loss=one_hot:model.scan_unroll=12:model.qkv_projection=fused:train.update_guard=cond
-  runs_124m=124m:16:none:auto,124m:16:none:auto:$levers
+  runs_124m=124m:16:none:auto,124m:16:none:auto:$levers:model.scan_unroll=12
   runs_15b=1.5b:16:dots:auto
   mfu_124m=(--steps 10) mfu_15b=(--steps 5)
   cell=(--config experiments/stability.py:gpu --trials 35 --steps 200)
