@@ -29,6 +29,9 @@ def test_the_committed_results_page_is_its_regeneration(tmp_path):
   shown = re.findall(r"!\[[^\]]*\]\((figures/[^)]+)\)", committed)
   assert shown and sorted(shown) == sorted(f"figures/{p.name}" for p in (copy / "figures").iterdir())
   assert all((copy / figure).read_bytes() == (RESULTS / figure).read_bytes() for figure in shown)
+  # every table has a row: a section with nothing to show leaves the table out
+  empty = re.findall(r"\n(\|[^\n]*\|)\n\|(?:---\|)+\n(?!\|)", committed)
+  assert not empty, empty
 
 
 
