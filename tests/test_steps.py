@@ -123,12 +123,12 @@ def test_a_cell_traces_lr_weight_decay_and_eps_with_the_bits_of_constants():
     configs = [c.copy_and_resolve_references() for _ in range(2)]
     configs[1].optim.lr, configs[1].seed = 10 ** -0.5, 1
     assert cell_lib.varying(configs) == ("optim.lr",)
-    assert cell_lib.traced(configs) == ("optim.lr", "optim.weight_decay", "optim.eps")
+    assert cell_lib.traced(cell_lib.varying(configs)) == ("optim.lr", "optim.weight_decay", "optim.eps")
     mesh = sharding.make_mesh(c.mesh, trials=2)
     shardings = train_state.shardings(c, mesh, 2)
     batches = jax.random.randint(jax.random.key(7), (3, 2, c.train.batch_size, c.data.seq_len + 1), 0, 256)
     found = []
-    for keys in (cell_lib.varying(configs), cell_lib.traced(configs)):
+    for keys in (cell_lib.varying(configs), cell_lib.traced(cell_lib.varying(configs))):
       step, _ = steps.compile_steps(c, mesh, shardings, keys)
       hyper = {key: jnp.asarray([cell_lib.value(x, key) for x in configs], jnp.float32) for key in keys}
       state, out = train_state.init(c, shardings, [0, 1]), []

@@ -68,10 +68,9 @@ def varying(configs) -> tuple[str, ...]:
   return tuple(key for key in steps.HYPERPARAMETERS if len({value(c, key) for c in configs}) > 1)
 
 
-def traced(configs) -> tuple[str, ...]:
+def traced(differ: tuple[str, ...]) -> tuple[str, ...]:
   """The HYPERPARAMETERS a cell's step takes as per-run arrays: steps.ALWAYS_TRACED and those its
-  runs differ in."""
-  differ = varying(configs)
+  runs differ in (`varying`'s)."""
   return tuple(key for key in steps.HYPERPARAMETERS if key in steps.ALWAYS_TRACED or key in differ)
 
 
@@ -87,7 +86,7 @@ class Cell:
                         "run one cell per host (nplace sweep --batch K --cell N), or the trials alone")
     K = len(runs) if self.stacked else None
     self.varying = varying([r.config for r in runs]) if self.stacked else ()
-    self.traced = traced([r.config for r in runs]) if self.stacked else ()
+    self.traced = traced(self.varying) if self.stacked else ()
     self.mesh = sharding.make_mesh(self.config.mesh, devices, trials=K)
     # each run's slice laid out as a lone run's state: what it saves, and what its probes read
     self.run_mesh = sharding.make_mesh(self.config.mesh, devices) if self.stacked else self.mesh
