@@ -187,8 +187,8 @@ def set_yscale(ax, log):
 def curves(series, xlabel, ylabel, title, log_y=False, log_x=False, hlines=None, legend_above=False) -> Figure:
   """Several runs on one axis: label -> (x, y); `hlines` label -> y drawn dashed and labelled on
   the line at the axis' left edge (not in the legend, which then lists only the runs).
-  `legend_above`: the legend above the axes (rows of LEGEND_COLUMNS), clear of the data, in place
-  of the title."""
+  `legend_above`: the legend above the axes (rows of LEGEND_COLUMNS, one fewer with a label over
+  LEGEND_LABEL_CHARS), clear of the data, in place of the title."""
   # three short labels fit a row of the figure's width at 9 points; longer ones ("Post-LN, small attention") two
   columns = LEGEND_COLUMNS if all(len(label) <= LEGEND_LABEL_CHARS for label in series) else LEGEND_COLUMNS - 1
   fig, ax = new_figure(legend_rows=math.ceil(len(series) / columns) if legend_above else 1)

@@ -59,6 +59,7 @@ def _run_step(config):
       loss, grads = jax.tree.map(lambda x: x / k, (loss, grads))
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    keep = finite & active  # else the old params and optimizer state stay
 
     def update(old):
       updates, opt_state = tx.update(grads, old["opt_state"], old["params"])
@@ -66,9 +67,9 @@ def _run_step(config):
 
     old = {"params": params, "opt_state": state["opt_state"]}
     if config.train.update_guard == "cond":  # under a cell's vmap, a select again
-      new = jax.lax.cond(finite & active, update, lambda old: old, old)
+      new = jax.lax.cond(keep, update, lambda old: old, old)
     else:
-      new = jax.tree.map(lambda new, old: jnp.where(finite & active, new, old), update(old), old)
+      new = jax.tree.map(lambda new, old: jnp.where(keep, new, old), update(old), old)
     return ({"step": state["step"] + 1, **new},
             {"loss": loss, "grad_norm": grad_norm, "lr": lr_at(state["step"]), "finite": finite})
 

@@ -91,7 +91,7 @@ def _stability_sweep(s: Section, measures, by_horizon) -> list[str]:
              "Each claim's difference in LR sensitivity over the whole sweep, and over the rates at which every "
              "seed of both arms learned: an effect that vanishes there comes from the rates where one arm fails.",
              study_a.effect_source_table(s.protocol, measures)]
-            if any(c.metric == "lr_sensitivity" for c in s.protocol.claims) else []),  # none: nothing to trace
+            if study_a.sensitivity_claims(s.protocol) else []),
           *(["### Every verdict at each horizon (the validation loss at that step, the train loss up to it)",
              tables.horizon_table(s.protocol, by_horizon)] if by_horizon else []),
           "### Final loss vs learning rate", study_a.sweep_figures(s.page, s.key, measures),

@@ -234,14 +234,17 @@ def fixed_rates_table(protocol, measures) -> str:
                          "ended diverged", "final val loss"], rows)
 
 
+def sensitivity_claims(protocol) -> list:
+  """The protocol's claims on LR sensitivity: the ones `effect_source_table` traces."""
+  return [claim for claim in protocol.claims if claim.metric == "lr_sensitivity"]
+
+
 def effect_source_table(protocol, measures) -> str:
   """Where each LR-sensitivity claim's effect comes from: worse - better over the whole sweep,
   and over the rates at which every seed of both arms learned."""
   rng = np.random.default_rng(protocol.bootstrap_seed)
   rows = []
-  for claim in protocol.claims:
-    if claim.metric != "lr_sensitivity":
-      continue
+  for claim in sensitivity_claims(protocol):
     for shape in measures.shapes:
       both = [lr for lr in measures.lrs
               if all(p.outcome == outcomes.LEARNED for arm in (claim.better, claim.worse)
