@@ -28,7 +28,7 @@
 # The cell runs before 1.5B: the issue's question is the grid's time, and 1.5B's compiles are
 # the likeliest to run long (its torch row prints before nplace compiles). GPU_CHECK_SMOKE=1 runs
 # every stage at toy sizes on the CPU (torch eager where torch is installed, skipped where not),
-# ~1.5 min on 2 busy cores: the plumbing, not the numbers.
+# 33 s on 2 idle cores (~1.5 min busy): the plumbing, not the numbers.
 # Results: $OUT/gpu_check/ (a temporary directory without $OUT): each stage's stdout, stderr and JSON.
 set -u
 cd "$(dirname "$0")/.."
