@@ -114,7 +114,8 @@ class ModelConfig(Section):
 class DataConfig(Section):
   """config.data: where the tokens come from (nplace/data/)."""
   seq_len: int = key(1024, "tokens per training window (<= model.max_len)")
-  source: str = key("synthetic", "synthetic | text:PATH | tfds:NAME[/CONFIG]:SPLIT | openwebtext")
+  source: str = key("synthetic", "synthetic | shakespeare (shipped: nplace/data/corpora) | text:PATH | "
+                    "tfds:NAME[/CONFIG]:SPLIT | openwebtext")
   tokenizer: str = key("byte", "byte | gpt2 (the synthetic source emits its own token ids)")
   text_field: str = key("text", "field holding the document in .jsonl lines and TFDS examples")
   tfds_data_dir: str | None = key(None, "TFDS data_dir (gs:// works); None = TFDS's default")

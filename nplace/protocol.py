@@ -24,8 +24,10 @@ COLLAPSE = "collapse"  # study B: plateaus and probes per arm and seed
 COLLAPSE_MECHANISMS = "collapse mechanisms"  # ... with the norms' accounting and the order of events
 LAB = "lab ranking"  # the lab's init-time score against a sweep's measured outcome
 FIXED_RATES = "failures at fixed rates"  # many seeds per arm at a few declared learning rates
+# maximum stable rates over model widths: per-width comparisons, trends against size, a blind prediction
+SCALE_LADDER = "scale ladder"
 KINDS = (LR_SWEEP, STABILITY_SWEEP, COMPARISON, GROWTH_POOLED, GROWTH_PER_SEED, COLLAPSE, COLLAPSE_MECHANISMS,
-         LAB, FIXED_RATES)
+         LAB, FIXED_RATES, SCALE_LADDER)
 
 BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
 # A claim's own method where its values are quantised (nplace/studies/exact.py): an exact
@@ -67,6 +69,7 @@ class Claim:
   id: str
   statement: str
   metric: str  # lr_sensitivity | best_loss | final_loss | divergences | max_stable_lr, or its kind's own
+  # (a scale ladder's: experiments/ladder.py)
   better: str | None = None  # arm labels of the grid
   worse: str | None = None
   arm: str | None = None

@@ -18,7 +18,7 @@ _FLAGS = {  # flag -> config.data field it overrides
 
 
 def _define(fv):
-  flags.DEFINE_string("source", None, "synthetic | text:PATH | tfds:NAME[/CONFIG]:SPLIT | "
+  flags.DEFINE_string("source", None, "synthetic | shakespeare | text:PATH | tfds:NAME[/CONFIG]:SPLIT | "
                       "openwebtext (default: config.data.source)", flag_values=fv)
   flags.DEFINE_string("tokenizer", None, "byte | gpt2; ignored by synthetic, which emits its "
                       "own ids (default: config.data.tokenizer)", flag_values=fv)

@@ -1,4 +1,5 @@
-"""Where documents come from: `text:PATH`, `tfds:NAME[/CONFIG]:SPLIT`, `openwebtext`.
+"""Where documents come from: `text:PATH`, `tfds:NAME[/CONFIG]:SPLIT`, `openwebtext`, or a corpus
+shipped with the package by name (`CORPORA`: `shakespeare`), read as `text:` its file.
 
 (`synthetic` emits token ids, not documents: see synthetic.py.) A source yields
 documents as str; bytes that are not UTF-8 are replaced by U+FFFD and counted.
@@ -11,7 +12,10 @@ import re
 
 from nplace.errors import DataError
 
-SCHEMES = "synthetic | text:PATH | tfds:NAME[/CONFIG]:SPLIT | openwebtext"
+SCHEMES = "synthetic | shakespeare | text:PATH | tfds:NAME[/CONFIG]:SPLIT | openwebtext"
+# name -> the file under nplace/data/corpora/ (its README says where each comes from, and its licence)
+CORPORA = {"shakespeare": "tinyshakespeare.txt"}
+CORPORA_DIR = pathlib.Path(__file__).resolve().parent / "corpora"
 TEXT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz")
 OPENWEBTEXT = ("Skylion007/openwebtext", 8_013_769)  # Hugging Face repo, documents
 _BLOCK = 1 << 22  # bytes of a .txt file read (and tokenized) at a time
@@ -31,6 +35,8 @@ def parse(source: str) -> Spec:
   """Raises DataError on an unknown scheme or a missing part."""
   if source in ("synthetic", "openwebtext"):
     return Spec(source)
+  if source in CORPORA:
+    return Spec("text", path=str(CORPORA_DIR / CORPORA[source]))
   scheme, _, rest = source.partition(":")
   if scheme == "text" and rest:
     return Spec("text", path=rest)
