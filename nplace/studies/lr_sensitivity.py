@@ -85,6 +85,8 @@ class Measures:
     self.protocol, self.horizon = protocol, horizon
     self.points: list[Point] = []
     did_not_learn = protocol.threshold("did_not_learn")
+    # text has no entropy rate to measure a learned fraction against: a margin below the frequency loss
+    learned_margin = next((t.value for t in protocol.thresholds if t.name == "learned_margin"), 0.0)
     trials = list(trials)
     self.steps = max((t.summary.step for t in trials), default=0)
     for trial in trials:
@@ -92,7 +94,8 @@ class Measures:
       if arm is None:
         continue
       trial = at_horizon(trial, round(horizon * self.steps))
-      outcome = outcomes.classify(trial.summary, trial.loss, trial.warmup, did_not_learn, protocol.blow_ups)
+      outcome = outcomes.classify(trial.summary, trial.loss, trial.warmup, did_not_learn, protocol.blow_ups,
+                                  learned_margin)
       lr = trial.overrides.get(LR)
       blew_up = protocol.stable_needs_no_blow_up and outcomes.blew_up(trial.loss, trial.warmup,
                                                                        protocol.threshold("blow_up_rise"))

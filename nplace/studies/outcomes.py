@@ -187,10 +187,11 @@ def blow_up(summary: Summary, loss, warmup: int) -> BlowUp | None:
   return BlowUp(above[0][0], max(v for _, v in above) - init, bool(recovered))
 
 
-def classify(summary: Summary, loss, warmup: int, did_not_learn: float, blow_ups: bool = False) -> str:
+def classify(summary: Summary, loss, warmup: int, did_not_learn: float, blow_ups: bool = False,
+             learned_margin: float = 0.0) -> str:
   """`diverged`, `did_not_learn` or `learned` (protocol 1's rules, with `blow_ups` as well: module doc).
-  Without an entropy rate (text data) a run learned when its val loss is below the frequency
-  loss."""
+  Without an entropy rate (text data) a run learned when its val loss is more than
+  `learned_margin` nats below the frequency loss."""
   val, freq = summary.val_loss, summary.frequency_loss
   if (summary.status == "diverged" or summary.skipped_steps > 0
       or (val is not None and not math.isfinite(val))
@@ -205,7 +206,7 @@ def classify(summary: Summary, loss, warmup: int, did_not_learn: float, blow_ups
     if stayed_above(loss, freq, freq - did_not_learn * (freq - summary.entropy_rate), warmup):
       return DIVERGED
     return DID_NOT_LEARN if fraction < did_not_learn else LEARNED
-  return LEARNED if _finite(val) and _finite(freq) and val < freq else DID_NOT_LEARN
+  return LEARNED if _finite(val) and _finite(freq) and val < freq - learned_margin else DID_NOT_LEARN
 
 
 def plateau_gap(loss, level: float) -> float | None:

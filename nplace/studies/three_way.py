@@ -24,6 +24,7 @@ claim's false-positive rate and power from the code that gives its verdict (`ope
   fails_more claims Holm-adjusted over the protocol's fails_more claims.
 - exponential_rate, level_power_at_most, level_variance_power_at_most: one arm's per-seed fits
   over depth (growth protocol 3), nplace/studies/growth_curves.py.
+- a scale ladder's edges at every width and trends against size: nplace/studies/ladder.py.
 - failure_rate: one arm's failed runs at the claim's `lr`, its Clopper-Pearson interval against
   the seed's rate r: contradicted when the interval excludes r (the arm fails less often, or
   more, than the seed says); reproduced when it holds r and excludes 0 (the arm fails, as often
@@ -42,11 +43,11 @@ import math
 import numpy as np
 
 from nplace.protocol import PERMUTATION, STRATIFIED
-from nplace.studies import exact, growth_curves, intervals
+from nplace.studies import exact, growth_curves, intervals, ladder
 from nplace.studies.verdict import NOT_TESTABLE, REPRODUCED, ROUNDING, Effect, Verdict, partly_run, reading
 
 CONTINUOUS = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")
-METRICS = CONTINUOUS + ("divergences", "failure_rate", "fails_more") + growth_curves.METRICS
+METRICS = CONTINUOUS + ("divergences", "failure_rate", "fails_more") + growth_curves.METRICS + ladder.METRICS
 DRAWS = 200  # samples drawn for a claim's false-positive rate and for its power
 
 
@@ -137,6 +138,8 @@ def sample(claim, protocol, measures):
   """The data `claim` is judged on, or a string saying what is missing."""
   if claim.metric in growth_curves.METRICS:
     return measures.curves(claim, protocol)
+  if claim.metric in ladder.METRICS:
+    return measures.sample(claim, protocol)
   if claim.metric in CONTINUOUS:
     by_shape = {}
     for shape in measures.shapes:
@@ -180,6 +183,8 @@ def decide(claim, protocol, data, family=()) -> Verdict:
     return _decide_rate(claim, protocol, data)
   if isinstance(data, growth_curves.Curves):
     return growth_curves.decide(claim, protocol, data)
+  if isinstance(data, (ladder.Separation, ladder.Trend)):
+    return ladder.decide(claim, protocol, data)
   return _decide_counts(claim, protocol, data, family)
 
 
