@@ -22,7 +22,7 @@ import math
 import ml_collections
 
 from nplace.config import experiment
-from nplace.protocol import FINDING, SCALE_LADDER, THREE_WAY, Claim, Protocol, Threshold
+from nplace.protocol import FINDING, SCALE_LADDER, THREE_WAY, Claim, Protocol, ScaleLadder, Threshold
 
 SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 DEPTH, CPU_HEAD, GPU_HEAD = 12, 16, 64  # head size: one across a tier (a GPT-2 head is 64)
@@ -94,6 +94,9 @@ PROTOCOL = Protocol(
     name="ladder", version=1, kind=SCALE_LADDER, seeds=len(SEEDS), bootstrap_resamples=2000, bootstrap_seed=0,
     interval=0.95, verdicts=THREE_WAY, blow_ups=True, diverged_at_cap=True, stable_needs_no_blow_up=True,
     arms=ARMS, thresholds=THRESHOLDS,
+    ladder=ScaleLadder(FIT_WIDTHS, BLIND_WIDTH, PREDICTED_256, beyond="gpu", share=(PRE, PERI, PRE_EMBED),
+                       described=((PRE_QK, PRE),), beside=("experiments/stability.py:placements",
+                                                           "stability_placements")),
     summary="Study A's stability claims over model size: depth 12 at widths 32, 64, 128 and 256 (head size 16), "
             "on Tiny Shakespeare read as bytes, 1,000 steps of 16 x 64 bytes at every width (a fixed-token "
             "ladder), weight decay 0.1, 3 seeds, a half-decade rate grid; Pre-LN, Peri-LN with its embedding "

@@ -12,6 +12,7 @@ Intervals (`interval_method`): a percentile bootstrap over seeds (`BOOTSTRAP`). 
 normal per-seed values.
 """
 import dataclasses
+from typing import Callable
 
 # What a study measures, and so which measuring class and page section it gets
 # (nplace/studies/measures.py, nplace/studies/report/page.py).
@@ -103,6 +104,21 @@ class LabClaim:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScaleLadder:
+  """What a scale ladder declares beside its claims: the widths its lines are fitted over, the
+  width they predict blind (and the prediction, once committed), the variant whose widths they
+  predict beyond this machine, what its page describes without judging, and the filed grid at
+  its smallest width on the earlier data that its section sets beside its own."""
+  fit_widths: tuple[int, ...]
+  blind_width: int
+  predicted: dict | None  # arm -> (log10 rate, interval low, high): committed before the blind width runs
+  beyond: str  # the grid variant of the widths predicted, not run here
+  share: tuple[str, str, str]  # (Pre-LN, Peri-LN, Pre-LN + embedding norm): the embedding norm's share of the lead
+  described: tuple[tuple[str, str], ...]  # (better, worse): trends of the gap described, not judged
+  beside: tuple[str, str]  # (grid file:variant, results directory name) of the earlier data's trials
+
+
+@dataclasses.dataclass(frozen=True)
 class Protocol:
   name: str
   version: int
@@ -140,6 +156,7 @@ class Protocol:
   read_steps: tuple[int, ...] | None = None
   # Study B: a mechanism claim holds only if no escaping run of the grid holds it too.
   mechanisms_separate: bool = False
+  ladder: ScaleLadder | None = None  # a scale ladder's fit, prediction and what its page sets beside it
 
   def threshold(self, name: str) -> float:
     return next(t.value for t in self.thresholds if t.name == name)
@@ -148,3 +165,25 @@ class Protocol:
     """This protocol with one threshold scaled by `factor` (`Threshold.scaled`; for the sensitivity table)."""
     return dataclasses.replace(self, thresholds=tuple(
         t.scaled(factor) if t.name == name else t for t in self.thresholds))
+
+
+def _none(arg: str) -> tuple:
+  return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """What a grid file (experiments/NAME.py) offers the library, declared once as its `GRID`:
+  nplace/studies reads a grid file through this object alone. `config` and `sweep` are the file's
+  `get_config(arg)` and `get_sweep(arg)` (which `--config FILE:ARG` and `nplace sweep` call);
+  `judged_by(arg)` the current protocols that judge a variant's filed trials, the one it was
+  declared under first where that one is current; `declared(arg)` the version its grid was
+  declared under (a protocol of another version re-judges its trials); `reuses(arg)` the variants
+  whose filed trials its sweep shares by name and config."""
+  seed_setting: str  # where the seed's claims were made
+  arms: dict  # label -> overrides: the arms of a protocol that names none
+  config: Callable
+  sweep: Callable
+  judged_by: Callable = _none
+  declared: Callable = _none
+  reuses: Callable = _none

@@ -267,3 +267,30 @@ def test_vocab_larger_than_dtype_when_called_directly(tmp_path):
   d = data_config(tmp_path, "synthetic", synthetic_vocab=70000)
   with pytest.raises(DataError, match="synthetic: vocab 70000 does not fit token dtype uint16"):
     P.prepared_dir(d)
+
+
+@pytest.mark.slow
+def test_shakespeare_ships_prepares_offline_and_trains(tmp_path, capsys, monkeypatch):
+  """The shipped corpus is Tiny Shakespeare byte for byte; `nplace prepare --source shakespeare`
+  needs no network (sockets refused), its validation split is the text's end, and a run trains on it."""
+  import hashlib
+  from nplace.data import sources
+  text = (sources.CORPORA_DIR / sources.CORPORA["shakespeare"]).read_bytes()
+  assert len(text) == 1_115_394 and hashlib.md5(text).hexdigest() == "6fb458f1232090904fb40fe944165e91"
+  with monkeypatch.context() as offline:
+    offline.setattr(socket, "socket", lambda *a, **k: (_ for _ in ()).throw(OSError("no network in this test")))
+    code, out, _ = run_prepare(capsys, "--source", "shakespeare", "--val-fraction", "0.1", "--out",
+                               str(tmp_path / "s"))
+  meta = P.read_meta(tmp_path / "s")
+  assert code == 0 and "frequency_loss 3.3476" in out
+  assert meta["tokens"] == {"train": 1_003_855, "val": 111_540}  # bytes + EOS, the last tenth held out
+  tokens = all_tokens(tmp_path / "s")
+  assert bytes(tokens[-200:-1].astype(np.uint8)) == text[-199:]
+  run = ["train", "--workdir", str(tmp_path / "run"), "--config", "experiments/tiny.py:pre",
+         "--config.data.source=shakespeare", f"--config.data.cache_dir={tmp_path}", "--config.data.seq_len=16",
+         "--config.model.n_layer=1", "--config.model.d_model=16", "--config.model.n_head=1", "--config.model.remat=none",
+         "--config.train.steps=3", "--config.train.batch_size=4", "--config.train.eval_every=3",
+         "--config.train.eval_batches=1", "--config.checkpoint.every=3", "--config.eval.generate=0"]
+  assert main.main(run) == 0
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert summary["status"] == "completed" and summary["frequency_loss"] > 3 and np.isfinite(summary["val_loss"])

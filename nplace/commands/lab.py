@@ -1,10 +1,10 @@
-"""The placement lab. `nplace lab --all`: rule version 4, a short learning-rate range test, on
-every configuration of a grid before it runs (default: the placements grid,
-experiments/stability.py:placements, the rule's blind test): each configuration's rates trained
-100 steps from one seed no grid uses, as one compiled program, and its predicted maximum stable
-learning rate, with L (the mean train loss of steps 91-100) at each rate; beside them, once the
-grid is filed and ranked, what it measured. `--config FILE:ARG` names another grid and
-`--config.KEY=VALUE` changes its config.
+"""The placement lab. `nplace lab --all`: what the filed grids measured, each configuration's
+maximum stable learning rate by size (the scale ladder's arms at every width on Tiny Shakespeare,
+the placements grid's configurations at depth 12 x 32 on the synthetic language), read from
+--results (default results/); with --width N, the ladder's fitted line at that width with its
+interval, labelled an extrapolation outside the widths it was fitted over. (Rule version 4, the
+range test that predicted these rates, showed no skill on the placements grid: it is no longer
+printed.)
 
 `nplace lab PLACEMENT`: the placement's scorecard at init next to post, pre and peri: rule
 version 3's maximum stable learning rate predicted from Adam's preconditioned sharpness after a
@@ -27,12 +27,11 @@ import pathlib
 from absl import flags
 
 from nplace.commands.flags import Command
-from nplace.commands.sweep import config_args
 from nplace.config import experiment_path
 from nplace.errors import UsageError
 from nplace.placements import PLACEMENTS
 from nplace.studies import results
-from nplace.studies.lab import checks, measure, rank, survey
+from nplace.studies.lab import checks, measure, measured, rank
 
 DEFAULT_CONFIG = "experiments/placements.py"
 
@@ -43,11 +42,12 @@ def _define(fv):
   flags.DEFINE_string("json", None, "write every number here", flag_values=fv)
   flags.DEFINE_string("rank", None, "sweep directory: rank its configurations by the lab's "
                       "score and by their measured outcomes", flag_values=fv)
-  flags.DEFINE_bool("all", False, f"range-test every configuration of the grid --config (default {survey.GRID}) "
-                    "by the rule's version 4", flag_values=fv)
+  flags.DEFINE_bool("all", False, "each configuration's measured maximum stable rate by size (with --width N: the "
+                    "scale ladder's fit at N)", flag_values=fv)
+  flags.DEFINE_string("results", "results", "--all: the results directory the grids are filed in", flag_values=fv)
 
 
-COMMAND = Command("nplace lab --all [--config FILE:ARG] [--config.KEY=VALUE ...] [--json OUT] | "
+COMMAND = Command("nplace lab --all [--results DIR] [--width N] [--json OUT] | "
                   "nplace lab PLACEMENT [--depth 48] [--width 64] [--json OUT] [--config FILE[:ARG]] "
                   "[--config.KEY=VALUE ...] | nplace lab --rank RESULTS/STUDY [--json OUT] | "
                   "nplace lab --rank SWEEP_DIR [--depth 48] [--width 64] [--json OUT]", __doc__, _define, args=True,
@@ -55,11 +55,10 @@ COMMAND = Command("nplace lab --all [--config FILE:ARG] [--config.KEY=VALUE ...]
 
 
 def _with_default_config(argv):
-  """argv with `--config` first unless it names a config: the lab's model (or with --all, the
-  placements grid), overridable with --config.model.x=y like any other."""
+  """argv with `--config` first unless it names a config: the lab's model, overridable with
+  --config.model.x=y like any other."""
   named = any(a == "--config" or a.startswith("--config=") for a in argv)
-  default = survey.GRID if "--all" in argv else DEFAULT_CONFIG
-  return argv if named else [f"--config={experiment_path(default)}", *argv]
+  return argv if named else [f"--config={experiment_path(DEFAULT_CONFIG)}", *argv]
 
 
 def _shape_flags(fv) -> list[str]:
@@ -74,11 +73,11 @@ def main(argv):
   placement = args[0] if args else None
   if fv.all:
     if placement is not None or fv.rank:
-      raise UsageError("--all takes no PLACEMENT and no --rank: it range-tests every configuration of the grid "
-                       "--config")
-    if _shape_flags(fv):
-      raise UsageError(f"{_shape_flags(fv)[0]}: --all range-tests each configuration at its grid's own shape")
-    out = survey.survey(experiment_path(config_args(full)[0]), fv.config)
+      raise UsageError("--all takes no PLACEMENT and no --rank: it reads what the filed grids measured")
+    if fv["depth"].present:
+      raise UsageError("--depth: --all reads the filed grids at their own depth")
+    text, out = measured.report(fv.results, fv.width if fv["width"].present else None)
+    print(text)
   elif fv.rank:
     if placement is not None:
       raise UsageError(f"--rank takes no PLACEMENT (got {placement!r}): it scores the sweep's own")

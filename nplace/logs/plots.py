@@ -266,6 +266,46 @@ def sweep(arms, xlabel, ylabel, cap: float, hlines=None) -> Figure:
 
 
 @styled
+def ladder(arms, xlabel, ylabel) -> Figure:
+  """Maximum stable rates against size, log-log: per arm label -> {"seeds": [(x, y, bound)], "fit":
+  (x, y), "beyond": (x, y), "predicted": [(x, y, low, high)], "color": int}. A seed is a dot (a
+  triangle up where it is a floor, down where a ceiling), nudged sideways per arm so the arms'
+  seeds at a width stand apart; the fitted line is solid over its widths (`fit`) and dashed where
+  it extrapolates (`beyond`); a prediction is a hollow diamond with its interval."""
+  fig, ax = new_figure(legend_rows=math.ceil(len(arms) / 2))
+  set_log_scale(ax, "x")
+  set_log_scale(ax, "y")
+  colors, handles, shown = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"], [], []
+  for k, (label, arm) in enumerate(arms.items()):
+    color = colors[arm["color"] % len(colors)]
+    nudge = 10 ** (0.02 * (k - (len(arms) - 1) / 2))
+    for marker, bound in (("o", "measured"), ("^", "floor"), ("v", "ceiling")):
+      found = [(x, y) for x, y, b in arm["seeds"] if b == bound]
+      if found:
+        x, y = np.array(found).T
+        ax.plot(x * nudge, y, marker, color=color, ms=4, alpha=0.7, ls="none")
+        shown.append(y)
+    for key, style in (("fit", "-"), ("beyond", "--")):
+      x, y = arm[key]
+      if len(x):
+        line = ax.plot(x, y, color=color, lw=1.5 if style == "-" else 1.2, ls=style, label=label)
+        handles += line if style == "-" else []
+        shown.append(np.asarray(y, np.float64))
+    if not len(arm["fit"][0]):
+      handles += ax.plot([], [], color=color, marker="o", ls="none", label=label)
+    for x, y, low, high in arm["predicted"]:
+      ax.errorbar([x * nudge], [y], yerr=[[y - low], [high - y]], color=color, marker="D", mfc="none", ms=6,
+                  capsize=3, lw=1.2)
+      shown.append(np.array([low, high]))
+  set_ylim(ax, np.concatenate(shown), True)
+  ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(arms), 2), fontsize=9,
+            frameon=False, handlelength=1.8, columnspacing=1.0)
+  ax.set_xlabel(xlabel)
+  set_ylabel(ax, ylabel)
+  return fig
+
+
+@styled
 def dots(values, xlabel, vlines=None) -> Figure:
   """One row per label (top to bottom): each value a dot, their mean a bar; `vlines` label -> x
   drawn dashed and labelled along the line. For a few configurations' final losses side by side."""

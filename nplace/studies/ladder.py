@@ -264,8 +264,7 @@ class Ladder:
   def __init__(self, protocol, arms: dict, trials, expected, log_params: dict):
     self.protocol, self.log_params = protocol, log_params
     self.sweep = lr_sensitivity.Measures(protocol, arms, trials, 1.0, expected)
-    self.missing = self.sweep.missing
-    self.arms = self.sweep.arms
+    self.missing, self.arms, self.seeds = self.sweep.missing, self.sweep.arms, self.sweep.seeds
     self.declared = {}  # (arm, width) -> the log10 rates its sweep declares
     for overrides in expected or [p.trial.overrides for p in self.sweep.points]:
       arm = results.arm_of(arms, overrides)

@@ -139,6 +139,8 @@ def sweep_figures(page, key: str, measures) -> str:
     arms = {}
     for arm in measures.arms:
       mine = measures.of(arm, shape)
+      if not mine:  # an arm a ladder does not run at every width
+        continue
       ok = [p for p in mine if p.outcome == outcomes.LEARNED]
       failed = [p for p in mine if p.outcome != outcomes.LEARNED]
       arms[arm] = {"mean": measures.mean_curve(arm, shape),
