@@ -159,7 +159,7 @@ UNWRITABLE = "/proc/none/out"  # as root os.access says /proc is writable; creat
     (["eval", "--workdir", "run", "--json", UNWRITABLE], "nplace.commands.eval.evaluate_checkpoint"),
     (["lab", "pre", "--json", UNWRITABLE], "nplace.studies.lab.measure.measure_all"),
     (["report", "runs", "--out", UNWRITABLE], "nplace.studies.report.build.write"),
-    (["report", "--results", UNWRITABLE, "sweep"], "nplace.studies.results.export"),
+    (["report", "--results", UNWRITABLE, "sweep"], "nplace.studies.results.file_sweep"),
     (["plot", "run", "--probe", "similarity", "--out", UNWRITABLE], "nplace.commands.plot.figure"),
     (["convert", "--from-hf", "gpt2", "--out", UNWRITABLE], "nplace.hf.from_hf"),
     (["prepare", "--out", UNWRITABLE], "nplace.data.prepare.prepare"),
