@@ -184,6 +184,23 @@ def test_sigterm_saves_reports_preempted_and_resumes(tmp_path, reference, env):
   assert [resumed[s] for s in range(1, 41)] == [uninterrupted[s] for s in range(1, 41)]
 
 
+def test_a_truncated_checkpoint_file_is_one_line_naming_it_and_train_falls_back(tmp_path, reference, capsys):
+  workdir = tmp_path / "run"
+  shutil.copytree(reference, workdir)
+  largest = max((p for p in (workdir / "checkpoints" / "40").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+  largest.write_bytes(largest.read_bytes()[:1000])
+  for argv in (["eval", "--workdir", str(workdir)],
+               ["probe", "--workdir", str(workdir), *SMALL, "--json", str(tmp_path / "probe.json")]):
+    assert main.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"nplace {argv[0]}: checkpoint 40 under {workdir / 'checkpoints'} does not restore (")
+    assert f'local file "{workdir / "checkpoints" / "40"}' in err and err.endswith("an older one: --step 20\n"), err
+  (workdir / "summary.json").unlink()
+  assert main.main(["train", "--workdir", str(workdir), *SMALL, "--config.train.steps=40"]) == 0
+  out, err = capsys.readouterr()
+  assert "warning: checkpoint 40 failed to restore (ValueError: OUT_OF_RANGE" in err and "resumed from step 20" in out
+
+
 def test_huge_learning_rate_diverges_and_keeps_a_checkpoint(tmp_path, env):
   run(tmp_path, "--config.train.steps=40", "--config.optim.lr=1e30", "--config.optim.warmup_steps=0",
       "--config.optim.clip_norm=0", "--config.checkpoint.every=1", env=env)
