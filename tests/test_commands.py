@@ -62,6 +62,12 @@ def test_config_errors_are_one_line(capsys, override, key):
   assert err.count("\n") == 1 and key in err, err
 
 
+def test_a_misspelt_key_is_plain_text_with_the_suggestion(capsys):
+  code, _, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", "--config.train.stpes=3")
+  assert code == 2 and err == ("nplace info: no such config key 'stpes' (in --config.train.stpes=3); "
+                               'did you mean "steps" instead of "stpes"?\n'), err
+
+
 def test_placement_error_lists_valid_choices(capsys):
   _, _, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", "--config.model.placement=bogus")
   assert "placement" in err and all(p in err for p in PLACEMENTS)

@@ -63,9 +63,9 @@ class Command:
     except (flags.Error, OSError) as e:
       raise UsageError(_one_line(e)) from None
     except (AttributeError, KeyError) as e:  # an override naming a key the config lacks
-      key = str(e).strip("\"'")
+      key, hint = _unknown_key(e)
       where = next((a for a in argv if a.startswith("--config.") and f".{key}" in a), key)
-      raise UsageError(f"no such config key {key!r} (in {where})") from None
+      raise UsageError(f"no such config key {key!r} (in {where})" + (f"; {hint}" if hint else "")) from None
     if extra and not self.args:
       raise UsageError(f"unexpected argument {extra[0]!r}")
     if self.config == "required":
@@ -94,6 +94,16 @@ class Command:
       lines += [f"  {shown:{width}}{wrapped[0]}", *(f"  {'':{width}}{line}" for line in wrapped[1:])]
     lines.append(f"  {'--help':{width}}this text")
     return "\n".join(lines)
+
+
+def _unknown_key(error: Exception) -> tuple[str, str]:
+  """(the key, ml_collections' suggestion or "") of an override naming a key the config lacks.
+  Its KeyError, maybe as the argument of an AttributeError, holds the key quoted, then a line
+  `Did you mean "steps" instead of "stpes"?`: str() of either would quote it all once more."""
+  while error.args and isinstance(error.args[0], Exception):
+    error = error.args[0]
+  first, _, hint = str(error.args[0] if error.args else error).partition("\n")
+  return first.strip("\"'"), hint[:1].lower() + hint[1:]
 
 
 def _installed_configs(argv):
