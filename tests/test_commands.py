@@ -181,6 +181,16 @@ def test_an_unwritable_output_fails_in_one_line_before_the_work(argv, heavy, cap
   assert err.startswith(f"nplace {argv[0]}: {flag} {UNWRITABLE}: cannot write there (") and err.count("\n") == 1, err
 
 
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+  """`nplace sweep --list | head`: the pipe closes before the listing is written."""
+  proc = subprocess.Popen([pathlib.Path(sys.executable).parent / "nplace", "sweep", "--config",
+                           str(ROOT / "experiments/stability.py:cpu"), "--workdir", "runs/x", "--list"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc.stdout.close()
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 141 and err == "", err
+
+
 def test_sweep_list_writes_nothing_so_its_workdir_is_not_checked(capsys):
   code, out, _ = run_main(capsys, "sweep", "--config", str(ROOT / "experiments/stability.py:cpu"),
                           "--workdir", UNWRITABLE, "--list")
