@@ -3,6 +3,7 @@ bad input as one line + exit code 2."""
 import importlib
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -140,6 +141,9 @@ def test_every_command_answers_help_as_installed(name):
     line = next((line for line in listed if line.strip().startswith(shown + " ")), None)
     assert line is not None and fv[flag].help.split()[0] in line, (flag, done.stdout)
   assert ("nplace info --config FILE --keys" in done.stdout) == (command.config != "none")
+  config_doc = re.search(r"\n  --config (.*?)\n  --", done.stdout, re.S)
+  required = "(required)" in (config_doc.group(1) if config_doc else "")
+  assert required == (command.config == "required" and not command.config_default), done.stdout
 
 
 def test_info_keys_lists_every_key_with_its_value_and_doc(capsys):

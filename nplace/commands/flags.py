@@ -23,7 +23,8 @@ CONFIG_HELP = ("experiment config FILE[:ARG], e.g. experiments/tiny.py:peri; ove
 class Command:
   """A command's interface: `usage` (its synopsis), `about` (what it does: its module's
   docstring), `define(fv)` (its own flags), whether it takes --config (`required`: validated
-  here; `optional`: the command validates what it makes of it; `none`), positional
+  here, `config_default` naming the one the command supplies when none is given; `optional`:
+  the command validates what it makes of it; `none`), positional
   arguments, and the flags naming a file (`output_files`) or directory (`output_dirs`) it
   writes: checked here, so an unwritable path fails before the work, not after it, unless a
   flag of `writes_nothing_with` is set (sweep --list only prints)."""
@@ -35,6 +36,7 @@ class Command:
   output_files: tuple[str, ...] = ()
   output_dirs: tuple[str, ...] = ()
   writes_nothing_with: tuple[str, ...] = ()
+  config_default: str = ""  # what a required --config defaults to where the command supplies one (lab)
 
   def flag_values(self, argv=(), config=None) -> flags.FlagValues:
     """The flags; with `config` (a ConfigDict), --config.KEY=VALUE overrides apply to it
@@ -85,7 +87,8 @@ class Command:
       flag = fv[name]
       shown = f"--[no]{name}" if flag.boolean else f"--{name}"
       default = "" if flag.default in (None, False) or name == "config" else f" (default: {flag.default})"
-      needed = " (required)" if name == "config" and self.config == "required" else ""
+      needed = ((f" (default: {self.config_default})" if self.config_default else " (required)")
+                if name == "config" and self.config == "required" else "")
       rows.append((shown, f"{flag.help}{default}{needed}"))
     width = max([len(shown) for shown, _ in rows], default=0) + 2
     lines = [f"usage: {self.usage}", "", textwrap.dedent(self.about).strip(), "", "flags:"]
