@@ -89,7 +89,9 @@ def test_synthetic_meta_from_the_command_line(tmp_path, capsys):
   # The exact unigram entropy is the frequency loss of an infinite sample.
   assert meta["frequency_loss"] == pytest.approx(meta["unigram_entropy"], abs=0.02)
   assert sum(meta["tokens"].values()) == base_config().data.synthetic_tokens
-  assert "entropy_rate" in capsys.readouterr().out
+  out_text = capsys.readouterr().out
+  assert "entropy_rate" in out_text
+  assert "train on this source with --config.data.source=synthetic --config.data.tokenizer=byte:" in out_text
 
 
 def test_rerun_is_a_no_op(tmp_path, monkeypatch):
