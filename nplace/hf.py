@@ -12,13 +12,14 @@ HF GPT-2 layout: Conv1D weights are [in, out]; `attn.c_attn` holds q, k, v side 
 (each D wide, heads of K contiguous); the LM head is tied to `wte`.
 """
 import json
+import os
 import pathlib
 
 import jax
 import ml_collections
 import numpy as np
 from flax import traverse_util
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from nplace.config import ModelConfig, experiment, validate
@@ -101,6 +102,25 @@ def config_flags(config, size: str) -> str:
   return " ".join([f"--config experiments/gpt2.py:{size}", *overrides])
 
 
+def _checked_tensors(file, expected: dict) -> dict:
+  """The tensors of one safetensors `file` (float32, names without PREFIX), each checked against
+  `expected` (name -> shape)."""
+  tensors = {}
+  with safe_open(file, "np") as f:
+    for key in f.keys():
+      name = key.removeprefix(PREFIX)
+      if name.endswith(BUFFERS):
+        continue
+      shape = tuple(f.get_slice(key).get_shape())
+      want = expected.get("wte.weight" if name == "lm_head.weight" else name)
+      if want is None:
+        raise UsageError(f"{file}: unexpected tensor {key!r} (not in a GPT-2 of config.json's sizes)")
+      if shape != want:
+        raise UsageError(f"{file}: tensor {key!r} has shape {shape}, config.json implies {want}")
+      tensors[name] = f.get_tensor(key).astype(np.float32)
+  return tensors
+
+
 def read_tensors(directory, m) -> dict:
   """The tensors of HF GPT-2 `directory` (float32 numpy, names without PREFIX), checked
   against the names and shapes model config `m` implies."""
@@ -115,18 +135,10 @@ def read_tensors(directory, m) -> dict:
   for file in files:
     if not file.is_file():
       raise UsageError(f"{file}: not found (nplace reads the safetensors format)")
-    with safe_open(file, "np") as f:
-      for key in f.keys():
-        name = key.removeprefix(PREFIX)
-        if name.endswith(BUFFERS):
-          continue
-        shape = tuple(f.get_slice(key).get_shape())
-        want = expected.get("wte.weight" if name == "lm_head.weight" else name)
-        if want is None:
-          raise UsageError(f"{file}: unexpected tensor {key!r} (not in a GPT-2 of config.json's sizes)")
-        if shape != want:
-          raise UsageError(f"{file}: tensor {key!r} has shape {shape}, config.json implies {want}")
-        tensors[name] = f.get_tensor(key).astype(np.float32)
+    try:
+      tensors |= _checked_tensors(file, expected)
+    except SafetensorError as e:  # a truncated or corrupted file
+      raise UsageError(f"{file}: not a whole safetensors file ({e})") from None
   if missing := [name for name in expected if name not in tensors]:
     raise UsageError(f"{directory}: missing tensor {missing[0]!r}"
                      + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
@@ -192,6 +204,14 @@ def from_hf(directory, workdir) -> str:
   return flags_line
 
 
+def _readable_as_written(path: pathlib.Path) -> None:
+  """The mode a file written by open() gets (0666 less the umask): safetensors creates its files
+  0600, which others sharing the checkpoint cannot read."""
+  umask = os.umask(0)
+  os.umask(umask)
+  path.chmod(0o666 & ~umask)
+
+
 def to_hf(workdir, out, step=None) -> int:
   """Writes checkpoint `step` (default: the newest) of `workdir` as a HF GPT-2 directory."""
   config, step = checkpoint.read_config(workdir, step)
@@ -205,6 +225,7 @@ def to_hf(workdir, out, step=None) -> int:
   tensors = params_to_hf(params, config.model)
   save_file({PREFIX + name: value for name, value in tensors.items()}, out / "model.safetensors",
             metadata={"format": "pt"})  # transformers loads only files that say their format
+  _readable_as_written(out / "model.safetensors")
   (out / "config.json").write_text(json.dumps(hf_config(config.model), indent=2) + "\n")
   return step
 

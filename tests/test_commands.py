@@ -3,6 +3,7 @@ bad input as one line + exit code 2."""
 import importlib
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -60,6 +61,12 @@ def test_config_errors_are_one_line(capsys, override, key):
   code, out, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", override)
   assert code == 2 and out == ""
   assert err.count("\n") == 1 and key in err, err
+
+
+def test_a_misspelt_key_is_plain_text_with_the_suggestion(capsys):
+  code, _, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", "--config.train.stpes=3")
+  assert code == 2 and err == ("nplace info: no such config key 'stpes' (in --config.train.stpes=3); "
+                               'did you mean "steps" instead of "stpes"?\n'), err
 
 
 def test_placement_error_lists_valid_choices(capsys):
@@ -134,6 +141,9 @@ def test_every_command_answers_help_as_installed(name):
     line = next((line for line in listed if line.strip().startswith(shown + " ")), None)
     assert line is not None and fv[flag].help.split()[0] in line, (flag, done.stdout)
   assert ("nplace info --config FILE --keys" in done.stdout) == (command.config != "none")
+  config_doc = re.search(r"\n  --config (.*?)\n  --", done.stdout, re.S)
+  required = "(required)" in (config_doc.group(1) if config_doc else "")
+  assert required == (command.config == "required" and not command.config_default), done.stdout
 
 
 def test_info_keys_lists_every_key_with_its_value_and_doc(capsys):
@@ -159,7 +169,7 @@ UNWRITABLE = "/proc/none/out"  # as root os.access says /proc is writable; creat
     (["eval", "--workdir", "run", "--json", UNWRITABLE], "nplace.commands.eval.evaluate_checkpoint"),
     (["lab", "pre", "--json", UNWRITABLE], "nplace.studies.lab.measure.measure_all"),
     (["report", "runs", "--out", UNWRITABLE], "nplace.studies.report.build.write"),
-    (["report", "--results", UNWRITABLE, "sweep"], "nplace.studies.results.export"),
+    (["report", "--results", UNWRITABLE, "sweep"], "nplace.studies.results.file_sweep"),
     (["plot", "run", "--probe", "similarity", "--out", UNWRITABLE], "nplace.commands.plot.figure"),
     (["convert", "--from-hf", "gpt2", "--out", UNWRITABLE], "nplace.hf.from_hf"),
     (["prepare", "--out", UNWRITABLE], "nplace.data.prepare.prepare"),
@@ -173,6 +183,16 @@ def test_an_unwritable_output_fails_in_one_line_before_the_work(argv, heavy, cap
   code, out, err = run_main(capsys, *argv)
   assert code == 2 and out == ""
   assert err.startswith(f"nplace {argv[0]}: {flag} {UNWRITABLE}: cannot write there (") and err.count("\n") == 1, err
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+  """`nplace sweep --list | head`: the pipe closes before the listing is written."""
+  proc = subprocess.Popen([pathlib.Path(sys.executable).parent / "nplace", "sweep", "--config",
+                           str(ROOT / "experiments/stability.py:cpu"), "--workdir", "runs/x", "--list"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc.stdout.close()
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 141 and err == "", err
 
 
 def test_sweep_list_writes_nothing_so_its_workdir_is_not_checked(capsys):

@@ -89,7 +89,9 @@ def test_synthetic_meta_from_the_command_line(tmp_path, capsys):
   # The exact unigram entropy is the frequency loss of an infinite sample.
   assert meta["frequency_loss"] == pytest.approx(meta["unigram_entropy"], abs=0.02)
   assert sum(meta["tokens"].values()) == base_config().data.synthetic_tokens
-  assert "entropy_rate" in capsys.readouterr().out
+  out_text = capsys.readouterr().out
+  assert "entropy_rate" in out_text
+  assert "train on this source with --config.data.source=synthetic --config.data.tokenizer=byte:" in out_text
 
 
 def test_rerun_is_a_no_op(tmp_path, monkeypatch):
@@ -103,6 +105,15 @@ def test_cache_root_from_environment(tmp_path, monkeypatch):
   monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "env"))
   d = data_config(tmp_path, "synthetic", synthetic_tokens=5000, cache_dir=None)
   assert P.prepared_dir(d).parent == tmp_path / "env"
+
+
+def test_a_cache_that_cannot_be_written_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+  monkeypatch.setenv("NPLACE_CACHE", "/proc/none/cache")  # as root a read-only directory is writable; /proc is not
+  code = main.main(["train", "--config", "experiments/tiny.py:pre", "--workdir", str(tmp_path / "run"),
+                    "--config.data.synthetic_tokens=5000"])
+  err = capsys.readouterr().err
+  assert code == 2 and err.startswith("nplace train: /proc/none/cache: cannot prepare the data there (") and \
+      err.endswith("set NPLACE_CACHE or data.cache_dir to a directory you can write\n"), err
 
 
 def test_half_written_directory_is_redone(tmp_path):

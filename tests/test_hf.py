@@ -4,8 +4,10 @@ offline): logits and loss both ways on GPT-2's 50257-token vocabulary, bad input
 import contextlib
 import io
 import json
+import os
 import pathlib
 import shutil
+import stat
 
 import jax
 import ml_collections
@@ -123,6 +125,9 @@ def test_round_trip_to_hf_loads_in_transformers(gpt2, tmp_path):
   source, written = load_file(gpt2["dir"] / "model.safetensors"), load_file(tmp_path / "model.safetensors")
   assert sorted(source) == sorted(written)
   assert all(np.array_equal(source[k], written[k]) for k in source)
+  umask = os.umask(0)
+  os.umask(umask)
+  assert stat.S_IMODE((tmp_path / "model.safetensors").stat().st_mode) == 0o666 & ~umask  # not safetensors' 0600
 
 
 def test_real_gpt2_sizes_print_their_preset():
@@ -177,6 +182,8 @@ def edit_tensors(change):
      "'transformer.h.2.ln_1.weight'"),
     (edit_tensors(lambda t: t.update({"lm_head.weight": np.zeros((320, 32), np.float32)})), "lm_head.weight"),
     (lambda d: (d / "model.safetensors").unlink(), "model.safetensors: not found"),
+    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:-100]),
+     "model.safetensors: not a whole safetensors file ("),
     (lambda d: (d / "config.json").unlink(), "config.json"),
 ])
 def test_bad_hf_input_is_one_line(small, tmp_path, edit, needle):

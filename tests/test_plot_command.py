@@ -25,6 +25,8 @@ def test_plot_command_compares_a_run_and_a_probe_json(probe_run, tmp_path, capsy
     (["nowhere", "--probe", "similarity", "--out", "x.png"], "nowhere"),
     (["{run}", "--probe", "nosuch", "--out", "x.png"], "nosuch"),
     (["{run}", "--probe", "similarity", "--step", "7", "--out", "x.png"], "step 7"),
+    (["{run}", "--probe", "similarity", "--out", "x.jpgg"], "--out x.jpgg: not an image file type"),
+    (["{run}", "--probe", "similarity", "--out", "x"], "--out x: not an image file type"),
 ])
 def test_plot_bad_input_is_one_line(probe_run, capsys, argv, needle):
   argv = [a.format(run=probe_run) for a in argv]

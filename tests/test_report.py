@@ -5,6 +5,7 @@ import json
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -133,7 +134,7 @@ def test_a_grid_filed_in_parts_from_two_sweep_directories_keeps_both_parts(grid,
   earlier = {**filed[0], "name": "part_1_trial", "overrides": {**filed[0]["overrides"], "seed": 7}}
   path.write_text("".join(json.dumps(t) + "\n" for t in [earlier, *filed[1:]]))  # a part filed from elsewhere
   out = report("--results", results_dir, grid, capsys=capsys)
-  assert "filed 4 trials" in out and "(beside 1 filed before)" in out
+  assert "filed 4 trials" in out and "(1 new, 3 unchanged; beside 1 filed before)" in out
   names = [json.loads(line)["name"] for line in path.read_text().splitlines()]
   assert names == ["part_1_trial", *(t["name"] for t in filed[1:]), filed[0]["name"]]  # re-filed in place, new at the end
   rows = table((results_dir / "README.md").read_text(), "| shape | arm | lr |")
@@ -317,3 +318,75 @@ def test_results_refuse_what_is_not_a_sweep_in_one_line(tmp_path, capsys):
   assert list((tmp_path / "results").iterdir()) == []  # nothing filed, no page written
   assert main.main(["report", "--results", str(tmp_path / "nowhere")]) == 2
   assert "--results" in capsys.readouterr().err
+
+
+def snapshot(root: pathlib.Path) -> dict:
+  """Every file and folder under `root` (its path relative to `root`) -> its bytes (None: a folder)."""
+  return {p.relative_to(root): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def refused(capsys, *args) -> str:
+  """`nplace report ARGS` fails in one line with exit code 2; the line."""
+  assert main.main(["report", *map(str, args)]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("nplace report: ") and err.count("\n") == 1, err
+  return err
+
+
+def test_a_failed_regeneration_leaves_every_file_under_results_as_it_was(tmp_path, capsys):
+  copy = tmp_path / "results"
+  shutil.copytree(ROOT / "results", copy)
+  trials_file = copy / "peri_embedding_cpu" / "trials.jsonl"
+  trials_file.write_text(trials_file.read_text()[:-400])  # a torn last line
+  before = snapshot(copy)
+  assert "trials.jsonl:" in refused(capsys, "--results", copy)
+  assert snapshot(copy) == before
+
+
+def test_results_on_an_empty_directory_is_one_line_and_writes_nothing(tmp_path, capsys):
+  assert "nothing is filed here" in refused(capsys, "--results", tmp_path)
+  assert list(tmp_path.iterdir()) == []
+
+
+def _sweep_copy(grid, tmp_path, edit) -> pathlib.Path:
+  """A copy of the grid's sweep directory, its sweep.json's trials changed by `edit(trials)`."""
+  copy = tmp_path / "sweep"
+  shutil.copytree(grid, copy, ignore=shutil.ignore_patterns("checkpoints", ".jax_cache"))
+  record = json.loads((copy / "sweep.json").read_text())
+  edit(record["trials"])
+  (copy / "sweep.json").write_text(json.dumps(record))
+  return copy
+
+
+def test_a_trial_trained_otherwise_than_its_grid_declares_is_refused(grid, tmp_path, capsys):
+  results_dir = tmp_path / "results"
+  results_dir.mkdir()
+  report("--results", results_dir, grid, capsys=capsys)
+  before = snapshot(results_dir)
+
+  def thirty_steps(trials):  # the grid declares 4 steps
+    trials[1]["command"] += " --config.train.steps=30"
+  shorter = _sweep_copy(grid, tmp_path, thirty_steps)
+  err = refused(capsys, "--results", results_dir, shorter)
+  name = json.loads((grid / "sweep.json").read_text())["trials"][1]["name"]
+  assert f"trial {name} trained train.steps=30, but its grid" in err and "declares train.steps=4" in err, err
+  assert snapshot(results_dir) == before
+
+
+def test_a_filed_trial_is_replaced_only_with_replace_and_is_named(grid, tmp_path, capsys):
+  results_dir = tmp_path / "results"
+  results_dir.mkdir()
+  out = report("--results", results_dir, grid, capsys=capsys)
+  assert "filed 4 trials" in out and "(4 new)" in out and "wrote " in out
+  assert "(4 unchanged)" in report("--results", results_dir, grid, capsys=capsys)  # filing it again changes nothing
+  path = results_dir / "stability_test" / "trials.jsonl"
+  filed = [json.loads(line) for line in path.read_text().splitlines()]
+  filed[2]["summary"]["val_loss"] = 9.0  # another record of the same trial, filed before
+  path.write_text("".join(json.dumps(t) + "\n" for t in filed))
+  before = snapshot(results_dir)
+  err = refused(capsys, "--results", results_dir, grid)
+  assert f"1 of its trials are filed in {results_dir / 'stability_test'} with other results ({filed[2]['name']})" in err
+  assert "--replace" in err and snapshot(results_dir) == before
+  out = report("--results", results_dir, "--replace", grid, capsys=capsys)
+  assert f"replaced 1 trials: {filed[2]['name']}\n" in out
+  assert json.loads(path.read_text().splitlines()[2])["summary"]["val_loss"] != 9.0

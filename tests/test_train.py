@@ -4,6 +4,7 @@ tests/test_multihost.py)."""
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from conftest import free_port
+from nplace.commands import main
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
@@ -117,11 +119,53 @@ def test_sigkill_after_checkpoint_resumes_exactly(tmp_path, reference, env):
   proc.kill()
   proc.wait()
   assert not (tmp_path / "summary.json").exists()
-  run(tmp_path, "--config.train.steps=40", env=env)
+  out = run(tmp_path, "--config.train.steps=40", env=env)
+  assert f"resumed from step 20 (checkpoint {tmp_path / 'checkpoints' / '20'})" in out
   resumed, uninterrupted = scalars(tmp_path, "train/loss"), scalars(reference, "train/loss")
   assert sorted(resumed) == list(range(1, 41))  # nothing the killed run wrote past 20 survives twice
   assert [resumed[s] for s in range(21, 41)] == [uninterrupted[s] for s in range(21, 41)]
   assert summary(tmp_path)["status"] == "completed"
+
+
+class Killed(BaseException):
+  """The process killed in the middle of a step's hooks."""
+
+
+def test_a_run_killed_during_an_eval_redoes_it_on_resume(tmp_path, capsys, monkeypatch):
+  from nplace.train import cell
+  evaluate, calls = cell.Cell.evaluate, []
+
+  def killed_at_the_second_eval(self, *args):  # step 0's eval, then step 20's: killed there
+    calls.append(1)
+    if len(calls) == 2:
+      raise Killed()
+    return evaluate(self, *args)
+  monkeypatch.setattr(cell.Cell, "evaluate", killed_at_the_second_eval)
+  args = ["train", "--workdir", str(tmp_path), *SMALL, "--config.train.steps=40", "--config.checkpoint.every=10"]
+  with pytest.raises(Killed):
+    main.main(args)
+  monkeypatch.setattr(cell.Cell, "evaluate", evaluate)
+  assert main.main(args) == 0
+  assert "resumed from step 10 " in capsys.readouterr().out  # step 20's checkpoint waits for its eval
+  assert sorted(scalars(tmp_path, "eval/loss")) == [0, 20, 40]
+
+
+def test_a_finished_run_is_left_as_it_is_and_another_train_steps_needs_extend(tmp_path, reference, capsys):
+  workdir = tmp_path / "run"
+  shutil.copytree(reference, workdir)
+  kept = (workdir / "summary.json").read_bytes()
+  train = lambda *extra: main.main(["train", "--workdir", str(workdir), *SMALL, *extra])
+  assert train("--config.train.steps=40") == 0
+  assert f"{workdir}: finished, completed at step 40 (summary.json kept" in capsys.readouterr().out
+  assert (workdir / "summary.json").read_bytes() == kept
+  assert train("--config.train.steps=50") == 2
+  err = capsys.readouterr().err
+  assert err.startswith("nplace train: config error: train.steps=50: ") and err.count("\n") == 1, err
+  assert "started with train.steps=40 (checkpoint at step 40)" in err and "--extend" in err
+  assert (workdir / "summary.json").read_bytes() == kept
+  assert train("--config.train.steps=50", "--extend") == 0
+  assert "resumed from step 40" in capsys.readouterr().out
+  assert summary(workdir)["step"] == 50 and summary(workdir)["status"] == "completed"
 
 
 def test_sigterm_saves_reports_preempted_and_resumes(tmp_path, reference, env):
@@ -138,6 +182,23 @@ def test_sigterm_saves_reports_preempted_and_resumes(tmp_path, reference, env):
   assert summary(tmp_path)["status"] == "completed"
   resumed, uninterrupted = scalars(tmp_path, "train/loss"), scalars(reference, "train/loss")
   assert [resumed[s] for s in range(1, 41)] == [uninterrupted[s] for s in range(1, 41)]
+
+
+def test_a_truncated_checkpoint_file_is_one_line_naming_it_and_train_falls_back(tmp_path, reference, capsys):
+  workdir = tmp_path / "run"
+  shutil.copytree(reference, workdir)
+  largest = max((p for p in (workdir / "checkpoints" / "40").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+  largest.write_bytes(largest.read_bytes()[:1000])
+  for argv in (["eval", "--workdir", str(workdir)],
+               ["probe", "--workdir", str(workdir), *SMALL, "--json", str(tmp_path / "probe.json")]):
+    assert main.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"nplace {argv[0]}: checkpoint 40 under {workdir / 'checkpoints'} does not restore (")
+    assert f'local file "{workdir / "checkpoints" / "40"}' in err and err.endswith("an older one: --step 20\n"), err
+  (workdir / "summary.json").unlink()
+  assert main.main(["train", "--workdir", str(workdir), *SMALL, "--config.train.steps=40"]) == 0
+  out, err = capsys.readouterr()
+  assert "warning: checkpoint 40 failed to restore (ValueError: OUT_OF_RANGE" in err and "resumed from step 20" in out
 
 
 def test_huge_learning_rate_diverges_and_keeps_a_checkpoint(tmp_path, env):

@@ -23,7 +23,8 @@ CONFIG_HELP = ("experiment config FILE[:ARG], e.g. experiments/tiny.py:peri; ove
 class Command:
   """A command's interface: `usage` (its synopsis), `about` (what it does: its module's
   docstring), `define(fv)` (its own flags), whether it takes --config (`required`: validated
-  here; `optional`: the command validates what it makes of it; `none`), positional
+  here, `config_default` naming the one the command supplies when none is given; `optional`:
+  the command validates what it makes of it; `none`), positional
   arguments, and the flags naming a file (`output_files`) or directory (`output_dirs`) it
   writes: checked here, so an unwritable path fails before the work, not after it, unless a
   flag of `writes_nothing_with` is set (sweep --list only prints)."""
@@ -35,6 +36,7 @@ class Command:
   output_files: tuple[str, ...] = ()
   output_dirs: tuple[str, ...] = ()
   writes_nothing_with: tuple[str, ...] = ()
+  config_default: str = ""  # what a required --config defaults to where the command supplies one (lab)
 
   def flag_values(self, argv=(), config=None) -> flags.FlagValues:
     """The flags; with `config` (a ConfigDict), --config.KEY=VALUE overrides apply to it
@@ -63,9 +65,9 @@ class Command:
     except (flags.Error, OSError) as e:
       raise UsageError(_one_line(e)) from None
     except (AttributeError, KeyError) as e:  # an override naming a key the config lacks
-      key = str(e).strip("\"'")
+      key, hint = _unknown_key(e)
       where = next((a for a in argv if a.startswith("--config.") and f".{key}" in a), key)
-      raise UsageError(f"no such config key {key!r} (in {where})") from None
+      raise UsageError(f"no such config key {key!r} (in {where})" + (f"; {hint}" if hint else "")) from None
     if extra and not self.args:
       raise UsageError(f"unexpected argument {extra[0]!r}")
     if self.config == "required":
@@ -85,7 +87,8 @@ class Command:
       flag = fv[name]
       shown = f"--[no]{name}" if flag.boolean else f"--{name}"
       default = "" if flag.default in (None, False) or name == "config" else f" (default: {flag.default})"
-      needed = " (required)" if name == "config" and self.config == "required" else ""
+      needed = ((f" (default: {self.config_default})" if self.config_default else " (required)")
+                if name == "config" and self.config == "required" else "")
       rows.append((shown, f"{flag.help}{default}{needed}"))
     width = max([len(shown) for shown, _ in rows], default=0) + 2
     lines = [f"usage: {self.usage}", "", textwrap.dedent(self.about).strip(), "", "flags:"]
@@ -94,6 +97,16 @@ class Command:
       lines += [f"  {shown:{width}}{wrapped[0]}", *(f"  {'':{width}}{line}" for line in wrapped[1:])]
     lines.append(f"  {'--help':{width}}this text")
     return "\n".join(lines)
+
+
+def _unknown_key(error: Exception) -> tuple[str, str]:
+  """(the key, ml_collections' suggestion or "") of an override naming a key the config lacks.
+  Its KeyError, maybe as the argument of an AttributeError, holds the key quoted, then a line
+  `Did you mean "steps" instead of "stpes"?`: str() of either would quote it all once more."""
+  while error.args and isinstance(error.args[0], Exception):
+    error = error.args[0]
+  first, _, hint = str(error.args[0] if error.args else error).partition("\n")
+  return first.strip("\"'"), hint[:1].lower() + hint[1:]
 
 
 def _installed_configs(argv):

@@ -51,7 +51,7 @@ COMMAND = Command("nplace lab --all [--results DIR] [--width N] [--json OUT] | "
                   "nplace lab PLACEMENT [--depth 48] [--width 64] [--json OUT] [--config FILE[:ARG]] "
                   "[--config.KEY=VALUE ...] | nplace lab --rank RESULTS/STUDY [--json OUT] | "
                   "nplace lab --rank SWEEP_DIR [--depth 48] [--width 64] [--json OUT]", __doc__, _define, args=True,
-                  output_files=("json",))
+                  output_files=("json",), config_default="the lab's model; with --all, the placements grid")
 
 
 def _with_default_config(argv):

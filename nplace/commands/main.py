@@ -2,6 +2,8 @@
 package (imported only when it runs), with a `COMMAND` (its usage, flags and help) and
 `main(argv)`. Bad input ends with one line on stderr and exit code 2."""
 import importlib
+import os
+import signal
 import sys
 
 from nplace.errors import ConfigError, DataError, UsageError
@@ -50,9 +52,13 @@ def main(argv=None):
   startup.cpu_only_without_tpu()
   try:
     command.main(rest)
+    sys.stdout.flush()  # a reader that left shows here, not in Python's flush at exit
   except (UsageError, ConfigError, DataError) as e:
     print(f"nplace {name}: {e}", file=sys.stderr)
     return 2
+  except BrokenPipeError:  # the reader left early (`nplace sweep --list | head`): stop quietly, as Unix tools do
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left in the buffer goes nowhere
+    return 128 + signal.SIGPIPE
   return 0
 
 

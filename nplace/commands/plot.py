@@ -7,6 +7,7 @@ import pathlib
 
 import numpy as np
 from absl import flags
+from matplotlib.backend_bases import FigureCanvasBase
 
 from nplace.commands.flags import Command
 from nplace.errors import UsageError
@@ -68,6 +69,16 @@ def figure(runs, name, step=None):
   return plots.curves(series, catalog.XLABELS[p.kind], p.ylabel, name, log_y=p.log)
 
 
+def _check_format(out: str) -> None:
+  """UsageError unless matplotlib writes the file type `out`'s suffix names (before any
+  drawing: its own error is a traceback after it)."""
+  formats = FigureCanvasBase.get_supported_filetypes()
+  suffix = pathlib.Path(out).suffix.lstrip(".").lower()
+  if suffix not in formats:
+    raise UsageError(f"--out {out}: not an image file type matplotlib writes (.png, .pdf, .svg, "
+                     f"{', '.join('.' + f for f in sorted(formats) if f not in ('png', 'pdf', 'svg'))})")
+
+
 def main(argv):
   fv, runs = COMMAND.parse(argv)
   for flag in ("probe", "out"):
@@ -75,5 +86,6 @@ def main(argv):
       raise UsageError(f"--{flag} is required")
   if not runs:
     raise UsageError("name at least one RUN_DIR or probe JSON file")
+  _check_format(fv.out)
   plots.save(figure(runs, fv.probe, fv.step), fv.out)
   print(f"wrote {fv.out}")

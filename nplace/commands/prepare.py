@@ -2,7 +2,8 @@
 Flags override config.data (of --config, else the base config). Without --out the tokens go to
 the cache directory the trainer reads (config.data.cache_dir, else $NPLACE_CACHE or
 ~/.cache/nplace/data); `nplace prepare --config experiments/tiny.py` prepares a run's data
-ahead of it."""
+ahead of it. A run names the source, never a directory: the command prints the flags that train
+on it."""
 from absl import flags
 
 from nplace.commands.flags import Command
@@ -52,3 +53,16 @@ def main(argv):
   if meta["entropy_rate"] is not None:
     line += f", entropy_rate {meta['entropy_rate']:.4f}"
   print(line)
+  print(_how_to_train(config.data, bool(fv.out)))
+
+
+def _how_to_train(data, out: bool) -> str:
+  """The flags that train on these tokens: a run names the source, not a directory (the trainer
+  reads the cache, keyed by the source and tokenizer)."""
+  flags = f"--config.data.source={data.source} --config.data.tokenizer={data.tokenizer}"
+  if data.cache_dir:
+    flags += f" --config.data.cache_dir={data.cache_dir}"
+  if out:
+    return (f"train on this source with {flags}: training reads it from the cache (prepared there on first use, or "
+            "ahead of it by `nplace prepare` without --out), not from --out")
+  return f"train on it with {flags}"

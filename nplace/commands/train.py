@@ -2,7 +2,9 @@
 
 TensorBoard event files, checkpoints (every checkpoint.every steps, on SIGTERM and at the end)
 and, when the run ends, summary.json go to --workdir (a local path or gs://BUCKET/...). Run the
-same command again to resume an interrupted run.
+same command again to resume an interrupted run (it says from which step and checkpoint); a
+finished run is left as it is, summary.json included. A workdir whose run was started with
+another train.steps is refused unless --extend trains it on to the new train.steps.
 """
 from absl import flags
 
@@ -13,9 +15,11 @@ from nplace.train.loop import train
 
 def _define(fv):
   flags.DEFINE_string("workdir", None, "run directory (required)", flag_values=fv)
+  flags.DEFINE_bool("extend", False, "train a run started with another train.steps on to this config's "
+                    "(its learning-rate schedule then differs from a fresh run's)", flag_values=fv)
 
 
-COMMAND = Command("nplace train --config FILE[:ARG] --workdir DIR [--config.KEY=VALUE ...]", __doc__, _define,
+COMMAND = Command("nplace train --config FILE[:ARG] --workdir DIR [--extend] [--config.KEY=VALUE ...]", __doc__, _define,
                   output_dirs=("workdir",))
 
 
@@ -23,4 +27,4 @@ def main(argv):
   fv, _ = COMMAND.parse(argv)
   if not fv.workdir:
     raise UsageError("--workdir is required")
-  train(fv.config, fv.workdir)
+  train(fv.config, fv.workdir, fv.extend)

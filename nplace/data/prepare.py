@@ -129,7 +129,11 @@ def _build(data, key, out: pathlib.Path, progress):
       shutil.rmtree(stale, ignore_errors=True)
   tmp = out.parent / f"{tag}{os.getpid()}"
   shutil.rmtree(tmp, ignore_errors=True)
-  tmp.mkdir(parents=True)
+  try:
+    tmp.mkdir(parents=True)
+  except OSError as e:  # a read-only cache (NPLACE_CACHE, data.cache_dir): one line, not a traceback
+    raise DataError(f"{out.parent}: cannot prepare the data there ({e.strerror or e}): set NPLACE_CACHE or "
+                    "data.cache_dir to a directory you can write") from None
   try:
     meta = _tokenize(data, key, tmp, progress)
     (tmp / f"{META}.tmp").write_text(json.dumps(meta, indent=1))

@@ -10,9 +10,10 @@ BAR = "step {n_fmt}/{total_fmt} {bar} {percentage:3.0f}% [{elapsed}<{remaining}]
 class Progress:
   """step, loss, tokens/s and ETA, and one-line messages, from process 0 (`active`)."""
 
-  def __init__(self, total: int, tokens_per_step: int, active: bool, stream=sys.stdout):
-    self.total, self.tokens_per_step, self.active, self.stream = total, tokens_per_step, active, stream
-    self.tty = stream.isatty()
+  def __init__(self, total: int, tokens_per_step: int, active: bool, stream=None):
+    # sys.stdout when the run starts, not when this module was imported (a test may swap it in between)
+    self.total, self.tokens_per_step, self.active, self.stream = total, tokens_per_step, active, stream or sys.stdout
+    self.tty = self.stream.isatty()
     self.bar = None  # opened at the first update, so a resumed run's rate counts from there
 
   def update(self, step: int, loss: float, tokens_per_sec: float | None):

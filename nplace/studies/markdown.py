@@ -11,11 +11,13 @@ from nplace.logs import plots
 
 class Page:
   """Where a report is written (`out/report.md`, figures under `out/figures/`): paths in the
-  text are relative to `out`, so the report can be moved together with its runs."""
+  text are relative to `out`, so the report can be moved together with its runs. The figures
+  are saved in `figures_dir` where it is given (a staged folder that becomes `out/figures`)."""
 
-  def __init__(self, out):
+  def __init__(self, out, figures_dir=None):
     self.out = pathlib.Path(out)
-    (self.out / "figures").mkdir(parents=True, exist_ok=True)
+    self.figures_dir = pathlib.Path(figures_dir) if figures_dir else self.out / "figures"
+    self.figures_dir.mkdir(parents=True, exist_ok=True)
     self.figures = []
 
   def link(self, text: str, path) -> str:
@@ -27,7 +29,7 @@ class Page:
   def figure(self, fig, name: str, caption: str) -> str:
     """Saves `fig` as figures/NAME.png (NAME made file-safe); the markdown that shows it."""
     name = re.sub(r"[^\w.-]+", "_", name)
-    path = self.out / "figures" / f"{name}.png"
+    path = self.figures_dir / f"{name}.png"
     plots.save(fig, path)
     self.figures.append(path)
     return f"![{caption}](figures/{name}.png)"

@@ -6,7 +6,8 @@ logged train loss `[[step, loss], ...]` (rounded to `DIGITS` decimals: every ste
 `train.log_every=1`), the validation loss at every evaluation, its warmup and vocabulary size,
 and for a probed run the probes the verdicts read (`PROBED`), per layer at every probed step. A
 few KB a trial, ~15 KB at every step's loss.
-A grid run in parts (a sweep directory each) is filed part by part into the same NAME. A grid
+A grid run in parts (a sweep directory each) is filed part by part into the same NAME; a trial
+filed again must be the same record, or is replaced only when asked (`file_sweep`). A grid
 that widens another of its file (its module's `reuses(arg)` names that variant) is judged on its
 own trials and on the other's filed trials that its sweep lists by name (`with_reused`).
 `results/NAME/NOTES.md`, where present, says which trials were rerun and why; the page prints it.
@@ -16,6 +17,7 @@ import json
 import pathlib
 import re
 
+from nplace.config import flatten
 from nplace.studies import grid
 from nplace.studies import runs as runs_lib
 from nplace.train.summary import Summary, SummaryError
@@ -119,36 +121,101 @@ def name_of(config: str) -> str:
   return re.sub(r"[^\w.-]+", "_", "_".join(p for p in (pathlib.Path(file).stem, arg) if p))
 
 
-def export(sweep_dir, results_dir, config_of) -> tuple[Study, int]:
+# Config keys that say how a trial is computed, not what it computes: a filed trial may differ
+# from its grid's declared one there (another attention kernel, remat, a cache directory).
+HOW_NOT_WHAT = ("model.attention_impl", "model.remat", "model.scan_unroll", "model.loss_chunks", "model.head_loss",
+                "model.head_vocab_multiple", "model.qkv_projection", "data.cache_dir", "data.tfds_data_dir")
+WHAT = ("seed", "train.steps", "train.batch_size", "model.", "data.", "optim.")  # prefixes of the keys compared
+
+
+@dataclasses.dataclass
+class Filing:
+  """A sweep's finished trials filed into its grid's study (nothing written yet: `write`)."""
+  study: Study  # every trial of the grid after filing
+  added: list[str]  # names of trials filed for the first time
+  replaced: list[str]  # filed before with another record (only with `replace`)
+  unchanged: list[str]  # filed before with the same record
+  kept: int  # trials filed before that this sweep does not hold (a grid run in parts)
+
+
+def differing_key(trained, declared) -> str | None:
+  """The first key (of `WHAT`, less `HOW_NOT_WHAT`) where the config a trial trained differs
+  from the one its grid declares; None where they agree."""
+  trained, declared = flatten(trained.to_dict()), flatten(declared.to_dict())
+  return next((key for key, value in trained.items()
+               if key.startswith(WHAT) and key not in HOW_NOT_WHAT and declared.get(key) != value), None)
+
+
+def _declared(spec: str):
+  """The config of a trial of the grid `experiments/FILE.py:ARG` as the grid declares it:
+  `declared(run)`, from its base config and the run's overrides."""
+  file, _, arg = spec.partition(":")
+  module = grid.load_module(file)
+  base = module.get_config(arg) if arg else module.get_config()
+  return lambda run: grid.apply(base, run.overrides, f"trial {run.name}")
+
+
+def _check_declared(run, trained, declared, spec: str) -> None:
+  """RunsError (one line naming the trial and the key) unless `run` trained its grid's trial as
+  the grid declares it: a 30-step trial of a 1,000-step grid is another experiment."""
+  key = differing_key(trained, declared)
+  if key:
+    value, wanted = flatten(trained.to_dict())[key], flatten(declared.to_dict()).get(key)
+    raise runs_lib.RunsError(f"{run.path}: trial {run.name} trained {key}={value!r}, but its grid {spec} "
+                             f"declares {key}={wanted!r}: not filed (rerun it as declared)")
+
+
+def _trial(run, config) -> Trial:
+  """A finished run as filed: its summary, logged losses, evaluations and the probes read."""
+  scalars = runs_lib.scalars(run)
+  steps, values = scalars.get("train/loss", ((), ()))
+  probes = {name: {"steps": [int(s) for s in h.steps], "values": [[float(v) for v in row] for row in h.values]}
+            for name, h in runs_lib.probes(run).items() if name in PROBED and len(h.steps)}
+  return Trial(run.name, run.overrides, run.summary, list(zip(steps, values)), config.optim.warmup_steps,
+               config.model.vocab_size, probes, list(zip(*scalars.get("eval/loss", ((), ())))))
+
+
+def file_sweep(sweep_dir, results_dir, config_of, filed: dict | None = None, replace: bool = False) -> Filing:
   """Files the finished trials of the sweep in `sweep_dir` as RESULTS/NAME (`name_of` its grid),
   beside the trials of the same grid filed there before from other sweep directories (a grid
-  run in parts, each part its own sweep): a trial filed again replaces its record in place,
-  the others stay. `config_of(run)` is the config its command trains. Returns the study and
-  how many trials it kept from before."""
+  run in parts, each part its own sweep), or in `filed` (NAME -> Study: filed by this command,
+  not yet written). A trial filed before with the same record stays; with another, it is
+  replaced in place only with `replace`, else a RunsError names the trials. A trial trained
+  otherwise than its grid declares (`_check_declared`) is a RunsError. `config_of(run)` is the
+  config its command trains."""
   source = runs_lib.load(sweep_dir)
   if not source.config:
     raise runs_lib.RunsError(f"{sweep_dir}: not a sweep (no sweep.json): only sweeps are filed as results")
   trials = []
-  for run in runs_lib.finished(source.runs):
-    config = config_of(run)
-    scalars = runs_lib.scalars(run)
-    steps, values = scalars.get("train/loss", ((), ()))
-    probes = {name: {"steps": [int(s) for s in h.steps], "values": [[float(v) for v in row] for row in h.values]}
-              for name, h in runs_lib.probes(run).items() if name in PROBED and len(h.steps)}
-    trials.append(Trial(run.name, run.overrides, run.summary, list(zip(steps, values)),
-                        config.optim.warmup_steps, config.model.vocab_size, probes,
-                        list(zip(*scalars.get("eval/loss", ((), ()))))))
+  try:
+    declared = _declared(source.config)
+    for run in runs_lib.finished(source.runs):
+      config = config_of(run)
+      _check_declared(run, config, declared(run), source.config)
+      trials.append(_trial(run, config))
+  except grid.GridError as e:
+    raise runs_lib.RunsError(f"{sweep_dir}: its grid: {e}") from None
   if not trials:
     raise runs_lib.RunsError(f"{sweep_dir}: no finished trials to file")
   into = pathlib.Path(results_dir) / name_of(source.config)
-  filed = load(into) if (into / GRID).is_file() else None
-  before = filed.trials if filed and filed.config == source.config else []
+  before = (filed or {}).get(into.name) or (load(into) if (into / GRID).is_file() else None)
+  before = before.trials if before and before.config == source.config else []
   new = {t.name: t for t in trials}
+  unchanged = [t.name for t in before if t.name in new and new[t.name].to_json() == t.to_json()]
+  replaced = [t.name for t in before if t.name in new and t.name not in unchanged]
+  if replaced and not replace:
+    shown = ", ".join(replaced[:3]) + (f" and {len(replaced) - 3} more" if len(replaced) > 3 else "")
+    raise runs_lib.RunsError(f"{sweep_dir}: {len(replaced)} of its trials are filed in {into} with other results "
+                             f"({shown}): nothing filed (--replace files them in their place)")
   merged = [new.pop(t.name, t) for t in before] + list(new.values())
-  into.mkdir(parents=True, exist_ok=True)
-  (into / GRID).write_text(json.dumps({"config": source.config}, indent=2) + "\n")
-  (into / TRIALS).write_text("".join(t.to_json() + "\n" for t in merged))
-  return Study(into, source.config, merged), len(merged) - len(trials)
+  return Filing(Study(into, source.config, merged), list(new), replaced, unchanged,
+                len(merged) - len(trials))
+
+
+def write(study: Study, staged) -> None:
+  """Stages the study's grid.json and trials.jsonl (nplace/studies/staging.py)."""
+  staged.path(study.path / GRID).write_text(json.dumps({"config": study.config}, indent=2) + "\n")
+  staged.path(study.path / TRIALS).write_text("".join(t.to_json() + "\n" for t in study.trials))
 
 
 def load(path) -> Study:

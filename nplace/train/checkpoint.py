@@ -12,7 +12,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from nplace.config import base_config, from_saved
-from nplace.errors import ConfigError
+from nplace.errors import ConfigError, DataError
 from nplace.runtime import workdirs
 from nplace.train import state as train_state
 
@@ -100,12 +100,20 @@ def restore_together(mngrs, abstract_state, shardings, data_iterators, model_con
     except ConfigError:
       raise
     except Exception as e:  # a partial or corrupted checkpoint: report it, fall back to the previous one
-      reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-      print(f"warning: checkpoint {step} failed to restore ({type(e).__name__}: {reason}); "
-            "trying an older one", file=sys.stderr, flush=True)
+      print(f"warning: checkpoint {step} failed to restore ({why_not(e)}); trying an older one",
+            file=sys.stderr, flush=True)
       continue
     return states, step
   return [], 0
+
+
+def why_not(error: Exception) -> str:
+  """Why a checkpoint did not restore, in a line: the innermost cause's first line, where
+  tensorstore names the file it could not read (the outer errors name an array index)."""
+  while error.__cause__ is not None:
+    error = error.__cause__
+  text = str(error).strip()
+  return f"{type(error).__name__}: {text.splitlines()[0][:300]}" if text else type(error).__name__
 
 
 def _restore(mngr, step, target, data_iterator, model_config):
@@ -144,5 +152,10 @@ def restore_params(config, workdir, step=None):
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   target = _with_shardings(abstract, jax.tree.map(lambda _: device, abstract))
   check_model(saved_config(mngr, step), config.model, step)
-  restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+  try:
+    restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+  except Exception as e:  # a truncated or corrupted file: which one, in a line, and where else to look
+    older = sorted(s for s in mngr.all_steps() if s < step)
+    raise DataError(f"checkpoint {step} under {mngr.directory} does not restore ({why_not(e)})"
+                    + (f"; an older one: --step {older[-1]}" if older else "")) from None
   return restored["state"]["params"], step

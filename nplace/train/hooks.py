@@ -38,15 +38,20 @@ class Hooks:
 def checkpoint_hook(hooks, cell, logs):
   """Each run's checkpoint in its own workdir; orbax decides the interval (checkpoint.every).
   The last step is saved unless the run diverged (its newest good checkpoint stays the newest).
-  The step log's counters are saved with each checkpoint, so a resumed run goes on counting."""
+  The step log's counters are saved with each checkpoint, so a resumed run goes on counting.
+  Added after the eval and probe hooks, and the event files synced before the save starts: a
+  checkpoint on disk means its step's eval and probes are too, so a run killed after it resumes
+  there without losing them (a kill before it redoes them from the checkpoint before)."""
   def save(step, state):
     if not cell.runs[0].mngr.should_save(step):
       return
     logs.flush()  # this step's metrics are in the counters (saving waits for the step anyway)
     for i, run in enumerate(cell.runs):
-      if not run.diverged and checkpoint.save(run.mngr, step, cell.state_of(state, i), run.iterator, run.config):
+      if run.diverged:
+        continue
+      run.writer.sync()  # a bucket workdir's event files go up with each checkpoint
+      if checkpoint.save(run.mngr, step, cell.state_of(state, i), run.iterator, run.config):
         run.log.save_counters(step)
-        run.writer.sync()  # a bucket workdir's event files go up with each checkpoint
 
   def final(step, state):
     for i, run in enumerate(cell.runs):

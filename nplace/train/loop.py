@@ -13,7 +13,7 @@ import jax
 from jax.experimental import multihost_utils
 
 from nplace.data import prepare
-from nplace.errors import ConfigError
+from nplace.errors import ConfigError, DataError
 from nplace.logs.progress import Progress
 from nplace.logs.writer import Writer
 from nplace.model.size import model_info
@@ -21,7 +21,7 @@ from nplace.runtime import chips, cpu_split, sharding, startup, workdirs
 from nplace.train import checkpoint, evaluation, hooks
 from nplace.train.cell import Cell, Run
 from nplace.train.step_log import CellLog, StepLog
-from nplace.train.summary import Summary, collapsed
+from nplace.train.summary import Summary, SummaryError, collapsed
 
 
 class _Preemption:
@@ -48,23 +48,67 @@ class _Preemption:
       signal.signal(signal.SIGTERM, self._previous)
 
 
-def train(config, workdir) -> Summary:
-  """Trains (or resumes) in `workdir`; returns what it writes to `workdir/summary.json`."""
+def train(config, workdir, extend: bool = False) -> Summary:
+  """Trains (or resumes) in `workdir`; returns what it writes to `workdir/summary.json` (a
+  finished run's, as it was). `extend`: a run started with another train.steps trains on to
+  this one's."""
   workdir = workdirs.resolve(workdir)
-  return train_cell({workdir.name: config}, {workdir.name: workdir})[0]
+  return train_cell({workdir.name: config}, {workdir.name: workdir}, extend)[0]
 
 
-def train_cell(configs: dict, run_dirs: dict) -> list[Summary]:
+def _finished(run) -> Summary | None:
+  """The summary of a run that has finished its train.steps (completed there, or diverged),
+  which a rerun leaves as it is; None for any other."""
+  path = run.workdir / "summary.json"
+  if not path.exists():
+    return None
+  try:
+    summary = Summary.read(path)
+  except SummaryError as e:
+    raise DataError(str(e)) from None
+  done = summary.status == "diverged" or (summary.status == "completed" and summary.step == run.config.train.steps)
+  return summary if done else None
+
+
+def _check_steps(run, extend: bool) -> None:
+  """ConfigError (one line) when the run's newest checkpoint was saved by a run of another
+  train.steps, unless `extend` (and it is not past the new last step): its learning-rate schedule
+  was set for those steps, so training it on is not a fresh run of these."""
+  step, steps = run.mngr.latest_step(), run.config.train.steps
+  if step is None:
+    return
+  try:
+    saved = checkpoint.saved_config(run.mngr, step)["train"]["steps"]
+  except Exception:  # a checkpoint that does not read: restoring walks back past it and says so
+    return
+  where = f"{run.workdir} holds a run started with train.steps={saved} (checkpoint at step {step})"
+  if step > steps:
+    raise ConfigError("train.steps", steps, f"{where}, past this run's last step: use another directory")
+  if saved != steps and not extend:
+    raise ConfigError("train.steps", steps, f"{where}; its learning-rate schedule was set for {saved} steps, so "
+                      f"training it on is not a fresh {steps}-step run: train it on with `nplace train --extend`, "
+                      "or use another directory")
+
+
+def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summary]:
   """Trains (or resumes) the runs named in `configs` (name -> config; 2 or more: one program
   over their stacked states, see nplace/train/cell.py) each in its workdir `run_dirs[name]`;
-  returns what each writes to its summary.json."""
+  returns what each writes to its summary.json. Runs that have all finished are left as they
+  are (their summaries returned); a run whose checkpoint has another train.steps is refused
+  unless `extend` (`_check_steps`)."""
   config = next(iter(configs.values()))
   runs = [Run(name, c, workdirs.resolve(run_dirs[name])) for name, c in configs.items()]
   for run in runs:  # a missing bucket or read-only directory: one line, before anything starts
     workdirs.check_writable(run.workdir)
   startup.prepare_process(config)
-  devices = cpu_split.mesh_devices(config)
   n_proc, is_main = jax.process_count(), jax.process_index() == 0
+  finished = [_finished(run) for run in runs]
+  if all(finished):
+    for run, summary in zip(runs, finished) if is_main else ():
+      print(f"{run.workdir}: finished, {summary.status} at step {summary.step} (summary.json kept; a new "
+            f"train.steps and --extend train it on): {summary.to_json(indent=None)}", flush=True)
+    return finished
+  devices = cpu_split.mesh_devices(config)
   if config.train.batch_size % n_proc:
     raise ConfigError("train.batch_size", config.train.batch_size, f"must divide over {n_proc} processes")
   cell = Cell(runs, devices)  # ConfigError on an uneven split, or runs that cannot share a program
@@ -79,6 +123,8 @@ def train_cell(configs: dict, run_dirs: dict) -> list[Summary]:
   for run in runs:
     run.mngr = checkpoint.manager(run.workdir, run.config.checkpoint)
   try:
+    for run in runs:
+      _check_steps(run, extend)
     _run(cell, meta, progress, is_main)
   finally:  # also after an error: no save is left writing (nplace sweep goes on to the next trial)
     for run in runs:
@@ -116,6 +162,8 @@ def _run(cell, meta, progress, is_main) -> None:
   state, start = cell.restore()
   if state is None:
     state = cell.init()
+  for run in cell.runs if start else ():
+    progress.message(f"{run.name}: resumed from step {start} (checkpoint {run.mngr.directory / str(start)})")
   cell.compile()
   evaluator = evaluation.Evaluator(config, cell.eval_step,
                                    lambda b: jax.make_array_from_process_local_data(cell.eval_batch_sharding, b),
@@ -135,10 +183,10 @@ def _run(cell, meta, progress, is_main) -> None:
   _announce(progress, cell, evaluator)
   logs = CellLog(cell, progress)
   loop = hooks.Hooks()
-  hooks.checkpoint_hook(loop, cell, logs)
   references = {"data/frequency_loss": meta["frequency_loss"], "data/entropy_rate": meta.get("entropy_rate")}
   hooks.eval_hook(loop, cell, evaluator, progress, references, config.train.eval_every)
   hooks.probe_hook(loop, cell, progress)
+  hooks.checkpoint_hook(loop, cell, logs)  # after a step's eval and probes: a checkpoint implies them
   hooks.profile_hook(loop, config, cell.runs[0].workdir, start, progress)
   preemption = _Preemption()
 
