@@ -5,8 +5,8 @@ declared before any of its runs.
 `experiments/ladder.py:VARIANT`, VARIANT one of
   cpu   depth 12 at widths 32, 64, 128 and 256, head size 16 (2 to 16 heads): the four arms (Pre-LN,
         Peri-LN with its embedding norm, Pre-LN + embedding norm, Pre-LN + QK-norm), weight decay 0.1,
-        a half-decade rate grid, 3 seeds, 1,000 steps of 16 x 64 bytes (RATES below: 234 trials).
-        Width 256's rates are the blind prediction's (`PREDICTED_256`, committed after widths
+        a half-decade rate grid, 3 seeds, 1,000 steps of 16 x 64 bytes (RATES below: 240 trials).
+        Width 256's four rates are the blind prediction's (`PREDICTED_256`, committed after widths
         32-128 are filed and before any run at 256); until then the variant lists widths 32-128.
   gpu   widths 512 and 768, head size 64 (8 and 12 heads: 768 is GPT-2 124M's shape), the four arms
         over the whole grid, the same budget: for one H100/H200-class card, not run here.
@@ -63,9 +63,10 @@ PREDICTED_256: dict | None = None
 
 
 def rates_256(predicted: float) -> tuple[float, ...]:
-  """The blind rung's rates: the grid rate nearest the predicted edge and one step either side."""
+  """The blind rung's rates: the grid rate c nearest the predicted edge, one step below it and two
+  above, so every rate within half a decade of c is measured and none is the sweep's top (a floor)."""
   centre = math.floor(predicted / STEP + 0.5) * STEP
-  return (centre - STEP, centre, centre + STEP)
+  return (centre - STEP, centre, centre + STEP, centre + 2 * STEP)
 
 
 THRESHOLDS = (
@@ -112,13 +113,22 @@ PROTOCOL = Protocol(
             "amended before any trial was filed or read, after simulation: the offsets were uniform over "
             "+-half a step, without the spread correction (a false-positive rate of 13% at the boundary slope "
             "with seeds that agree), and QK-norm's trend claim over two widths (power under 1% at half a decade "
-            "per decade) became a comparison at each width, its trend described.",
+            "per decade) became a comparison at each width, its trend described. Amended again before any "
+            "trial was filed or read, after data built to break it: a comparison is contradicted only where "
+            "the other arm is above at some width (equal grid rates contradicted a true lead of 0.3 decades); "
+            "the gap holds only with Peri-LN's lead reproduced; a trend whose seeds hold a bound is at most "
+            "inconclusive; the tuned distance is not testable where a tuned rate is above the edge; width 256 "
+            "runs four rates (c - 0.5 to c + 1, so a right prediction is measured, not a floor); a prediction "
+            "and the baseline are scored at their nearest grid rate, 'not measured' where a bound leaves both "
+            "possible; the embedding-norm claims read widths 32-128 as stated; the stated power draws every "
+            "arm's edges through its sweep.",
     claims=(
         Claim("peri_above_pre_at_every_width", "Peri-LN still learns at higher learning rates than Pre-LN, at "
               "every width", metric="edge_above_every_width", better=PERI, worse=PRE, **EDGE_CLAIM),
         Claim("gap_holds", "Peri-LN's lead in maximum stable rate holds as the model grows (its slope against "
               "log10 parameters within the hold band; widens or narrows if the slope's interval clears it)",
-              metric="gap_slope_within", better=PERI, worse=PRE, source=FINDING, power_at=0.0),
+              metric="gap_slope_within", better=PERI, worse=PRE, source=FINDING, power_at=0.0,
+              given="peri_above_pre_at_every_width"),
         Claim("pre_edge_falls", "Pre-LN's maximum stable rate falls as the model grows (Wortsman et al. 2023)",
               metric="edge_slope_below", arm=PRE, source=FINDING, power_at=-0.5),
         Claim("qk_norm_above_pre_at_every_width", "QK-norm raises Pre-LN's maximum stable rate, at every width "
@@ -129,39 +139,44 @@ PROTOCOL = Protocol(
               arm=PRE, source=FINDING, power_at=-0.5, widths=FIT_WIDTHS),
         Claim("embed_norm_raises_edge", "The embedding norm alone raises Pre-LN's maximum stable rate, at every "
               "width (32-128)", metric="edge_above_every_width", better=PRE_EMBED, worse=PRE, source=FINDING,
-              **EDGE_CLAIM),
+              widths=FIT_WIDTHS, **EDGE_CLAIM),
         Claim("output_norms_raise_edge", "Peri-LN's output norms raise it beyond the embedding norm's, at every "
               "width (32-128)", metric="edge_above_every_width", better=PERI, worse=PRE_EMBED, source=FINDING,
-              **EDGE_CLAIM),
+              widths=FIT_WIDTHS, **EDGE_CLAIM),
     ),
 )
 # The rules the claims' metrics name (nplace/studies/ladder.py implements them):
-# - edge_above_every_width: at each width where both arms ran, `better` is above when every seed's
-#   edge exceeds every `worse` seed's by more than `min_lr_gap` (a `better` seed stable at its top
-#   or a `worse` seed stable at none still counts: its bound is on the claim's side); below when
-#   no `better` seed exceeds any `worse` seed by the margin (bounds taken against the claim).
-#   Reproduced when above at every width; contradicted when below at some width; else inconclusive.
+# - edge_above_every_width: at each width where both arms ran (or the claim's `widths`), `better` is
+#   above when every seed's edge exceeds every `worse` seed's by more than `min_lr_gap` (a `better`
+#   seed stable at its top or a `worse` seed stable at none still counts: its bound is on the
+#   claim's side); below when every `worse` seed exceeds every `better` seed so (the mirror); equal
+#   grid rates are neither. Reproduced when above at every width; contradicted when below at some
+#   width; else inconclusive.
 #   With 3 seeds an arm, complete separation is the only 3-against-3 arrangement an exact
 #   permutation test puts at p = 1/20: each width's decision has a false-positive rate of at most 5%.
 # - gap_slope_within: the slope of the mean edge gap (better - worse) per width against log10
 #   parameters; reproduced when its interval lies inside +-hold_band, contradicted when wholly
-#   outside it (widens or narrows), else inconclusive. QK-norm's slope minus Pre-LN's over widths 32
+#   outside it (widens or narrows), else inconclusive; reproduced only with peri_above_pre_at_every_width
+#   reproduced (a lead to hold). Every trend whose seeds hold a bound (stable at the sweep's top or at
+#   none) is at most inconclusive: the bound may sit anywhere beyond. QK-norm's slope minus Pre-LN's over widths 32
 #   and 64 is the same statistic, described with its interval, not judged (two widths cannot
 #   resolve it: the grid's steps alone give an interval of about +-1.4).
 # - edge_slope_below: the slope of `arm`'s edge; reproduced when the interval's top is below
 #   -slope_margin, contradicted when its low end is above it, else inconclusive.
 # - tuned_distance_slope_below: each seed's edge minus its tuned rate (the rate of its lowest final
-#   validation loss, a diverged run at ln V), over widths 32-128; the tuned rate's own half-step
-#   offset drawn apart from the edge's; as edge_slope_below. Not testable where a seed's tuned
-#   rate is its width's lowest rate (not bracketed).
+#   validation loss, a diverged run at ln V), over widths 32-128; the tuned rate's own offset drawn
+#   apart from the edge's; as edge_slope_below. Not testable where a seed's tuned rate is its
+#   width's lowest rate (not bracketed), or above its edge (a run that blew up there).
 # - The embedding norm's share of Peri-LN's lead at each width 32-128, (edge(Pre-LN + embedding
 #   norm) - edge(Pre-LN)) / (edge(Peri-LN) - edge(Pre-LN)) over the seeds' means, with the same
 #   draws' interval: described, not judged.
 # - The blind prediction: each arm's line over widths 32-128, at width 256's log10 parameters, with
-#   the draws' interval. Right when the median of width 256's seeds' edges is a rate inside the
-#   rung's sweep (not a bound) within `lr_tolerance` of the prediction; the baseline "the same as
-#   width 128" (128's median edge) is scored the same way on the same measurement. Two arms, no
-#   test: the page gives both scores. The same lines at 512 and 768 are the gpu tier's prediction.
+#   the draws' interval, scored at the grid rate nearest it: right when the median of width 256's
+#   seeds' edges is a rate of the rung within `lr_tolerance` of it; wrong when it is not, or when a
+#   bound puts every edge it allows beyond; not measured when a bound leaves both possible. The
+#   baseline "the same as width 128" (128's median edge) is scored the same way on the same
+#   measurement. Two arms, no test: the page gives both scores. The same lines at 512 and 768 are
+#   the gpu tier's prediction.
 
 
 def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:

@@ -84,6 +84,7 @@ class Claim:
   at_most: float | None = None  # the bound an "at most" claim states (an exponent of 1: at most linear)
   source: str = SEED_CLAIM  # SEED_CLAIM: what the reproduced paper says; FINDING: this project's own
   widths: tuple[int, ...] | None = None  # a scale ladder's claim: the widths it reads (None: where its arms ran)
+  given: str | None = None  # a claim of the same protocol that must be reproduced for this one to be
 
   @property
   def arms(self) -> tuple[str, ...]:

@@ -878,3 +878,74 @@ def test_b3_fragile_labels_a_bounded_threshold_by_its_factor(b3_trials):
   trials = _swap(b3_trials, *post)
   rows = judge.sensitivity(B3, lambda protocol: collapse.Measures(protocol, B.ARMS, trials))
   assert judge.fragile(B3, rows)["post_clones_at_init"] == ["`clone_similarity` ×0.5"]
+
+
+# -- the scale ladder (experiments/ladder.py, protocol ladder v1) --------------------------------
+
+def _ladder_run(spread: float, seed: int = 0):
+  """A ladder as the protocol would run it: Pre-LN's true edge falling half a decade per decade of
+  parameters from 10^-1 at width 32, Peri-LN and QK-norm half a decade above it, the embedding norm a
+  quarter (every arm inside its sweeps: a bound leaves a trend inconclusive), Pre-LN's
+  tuned rate 1.2 decades below its edge at width 32 nearing it by half a decade per decade; each
+  seed's true edge (and best rate) off the line by N(0, spread), measured on the declared sweeps,
+  width 256 on the rungs around the predictions (tests/test_ladder.py `run_as_declared`)."""
+  from test_ladder import LADDER, X, run_as_declared
+  lifts = {LADDER.PRE: 0.0, LADDER.PERI: 0.5, LADDER.PRE_EMBED: 0.25, LADDER.PRE_QK: 0.5}
+  rng = np.random.default_rng(seed)
+  true, best = {}, {}
+  for arm, lift in lifts.items():
+    for w in (32, 64, 128, 256):
+      if (arm == LADDER.PRE_QK and w > 64) or (w == 128 and arm not in LADDER.RATES[128]) or \
+          (w == 256 and arm not in (LADDER.PRE, LADDER.PERI)):
+        continue
+      true[arm, w] = list(-1.0 + lift - 0.5 * (X[w] - X[32]) + rng.normal(0, spread, 3))
+      if arm == LADDER.PRE and w != 256:
+        best[arm, w] = [e - 1.2 + 0.5 * (X[w] - X[32]) + d for e, d in zip(true[arm, w], rng.normal(0, spread, 3))]
+  return LADDER, run_as_declared(true, best)
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.2])
+def test_every_ladder_claim_is_reproduced_by_no_effect_in_at_most_5_percent(spread):
+  """Each claim's nulls (separations: each width's seeds pooled and reassigned; trends: lines at
+  the boundary slopes measured through the grid) and its power at `power_at`, as the page states
+  them. Seeds that agree: every separation at one step has power 1, gap_holds at a flat gap about
+  0.4 (every arm's edge anywhere in its grid step), pre_edge_falls at -0.5 0.8, tuned_nears_edge
+  0.16. Seeds spread by 0.2 decades: Peri-LN's separation at one step falls under 0.6 (complete
+  separation of 3 against 3 by a step is rare)."""
+  module, measures = _ladder_run(spread, seed=1 if spread else 0)
+  found = {c.id: three_way.operating(c, module.PROTOCOL, measures, seed=1) for c in module.PROTOCOL.claims}
+  assert None not in [found[c.id] for c in module.PROTOCOL.claims if c.id != "tuned_nears_edge"]
+  assert {claim: rates[0] for claim, rates in found.items() if rates and rates[0] > 0.05} == {}
+  power = {claim: rates[1] for claim, rates in found.items() if rates}
+  assert power["pre_edge_falls"] > (0.7 if spread == 0 else 0.5)
+  separations = [c.id for c in module.PROTOCOL.claims if c.metric == "edge_above_every_width"]
+  if spread == 0:
+    assert all(power[claim] == 1.0 for claim in separations) and 0.3 < power["gap_holds"] < 0.6
+    assert 0.1 < power["tuned_nears_edge"] < 0.3
+  else:
+    assert power["peri_above_pre_at_every_width"] < 0.6
+
+
+def _design_power(claim_id: str, draws: int, rng) -> float:
+  """The share of ladders reproducing the claim where its effect is `power_at`, seeds agreeing,
+  every arm's true edge continuous at a random level and measured on its declared sweep (width
+  256 on its rung), inside the sweeps as `_ladder_run`'s: gap_holds a flat gap of one to two
+  steps, peri_above_pre a lead of one step."""
+  from test_ladder import LADDER, X, judged, run_as_declared
+  found = []
+  for _ in range(draws):
+    pre, lead = -1.75 + rng.uniform(0, 0.5), (0.5 + rng.uniform(0, 0.5)) if claim_id == "gap_holds" else 0.5
+    true = {}
+    for w in (32, 64, 128, 256):
+      true[LADDER.PRE, w] = [pre - 0.3 * (X[w] - X[32])] * 3
+      true[LADDER.PERI, w] = [pre + lead - 0.3 * (X[w] - X[32])] * 3
+    found.append(judged(run_as_declared(true), claim_id).verdict == v.REPRODUCED)
+  return float(np.mean(found))
+
+
+@pytest.mark.parametrize("claim_id", ["gap_holds", "peri_above_pre_at_every_width"])
+def test_the_power_the_page_states_for_a_ladder_claim_is_the_designs(claim_id):
+  module, measures = _ladder_run(0.0)
+  claim = next(c for c in module.PROTOCOL.claims if c.id == claim_id)
+  _, stated = three_way.operating(claim, module.PROTOCOL, measures, seed=1)
+  assert stated <= _design_power(claim_id, 30, np.random.default_rng(5)) + 0.1

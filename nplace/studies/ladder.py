@@ -22,8 +22,9 @@ rates and powers come from the code that gives the verdicts.
 
 Nulls and alternatives: for a separation, the two arms' edges pooled and reassigned at each width
 (no effect), and both arms drawn at the measured spread with `better` one `power_at` higher; for a
-trend, the subject series' true edges on a line of the boundary slope (or of `power_at`) through
-its measured means, each seed off it by a measured deviation, measured on a grid at a random phase.
+trend, every series' true edges on a line (the subject's of the boundary slope, or of
+`power_at`), anywhere within a grid step of its measured centre, each seed off it by a measured
+deviation, measured on its sweeps with their bounds.
 """
 import dataclasses
 import math
@@ -54,18 +55,25 @@ class Edge:
     return math.inf if self.bound == FLOOR else self.value
 
 
-def on_grid(values, step: float, rng) -> np.ndarray:
-  """Values put on the grid as a sweep measures them: the grid point at or below each after one
-  random offset of up to a step (shared: a dither whose mean moves nothing)."""
-  return np.floor((np.asarray(values, float) + rng.uniform(0, step)) / step + 1e-9) * step
+def measured(true, sweep: tuple, step: float) -> list[Edge]:
+  """True edges (log10) as a sweep measures them: the grid point at or below each; above the
+  sweep's top a floor at the top, below its lowest rate a ceiling one step under it."""
+  low, top = sweep
+  found = []
+  for value in np.floor(np.asarray(true, float) / step + 1e-9) * step:
+    found.append(Edge(top, FLOOR) if value >= top - 1e-9 else Edge(low - step, CEILING) if value < low - 1e-9
+                 else Edge(float(value)))
+  return found
 
 
 # -- separation at every width ---------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Separation:
-  """Per width, each seed's edge of `better` and of `worse`."""
+  """Per width, each seed's edge of `better` and of `worse`, and each arm's sweep there (its
+  lowest and top rate, log10)."""
   by_width: dict  # width -> (better edges, worse edges)
+  sweeps: dict  # width -> (better's (low, top), worse's (low, top))
   margin: float
   step: float
 
@@ -80,31 +88,32 @@ class Separation:
     return dataclasses.replace(self, by_width=out)
 
   def alternative(self, claim, rng) -> "Separation":
-    """Both arms around `worse`'s mean with the seeds' pooled deviations from their own arm's
-    mean, `better` `power_at` decades higher, each put back on the grid."""
+    """Both arms' true edges around `worse`'s mean with the seeds' pooled deviations from their
+    own arm's mean, `better`'s `power_at` decades higher, each arm anywhere in its grid step (a
+    uniform offset: the truth a measured rate stands for), measured on its own sweep."""
     out = {}
     for width, (better, worse) in self.by_width.items():
       b, w = (np.array([e.value for e in arm]) for arm in (better, worse))
       deviations = np.concatenate([b - b.mean(), w - w.mean()])
-      draw_w = on_grid(w.mean() + rng.choice(deviations, len(w)), self.step, rng)
-      draw_b = on_grid(w.mean() + claim.power_at + rng.choice(deviations, len(b)), self.step, rng)
-      out[width] = ([Edge(v) for v in draw_b], [Edge(v) for v in draw_w])
+      b_sweep, w_sweep = self.sweeps[width]
+      true_b = w.mean() + claim.power_at + rng.uniform(0, self.step) + rng.choice(deviations, len(b))
+      true_w = w.mean() + rng.uniform(0, self.step) + rng.choice(deviations, len(w))
+      out[width] = (measured(true_b, b_sweep, self.step), measured(true_w, w_sweep, self.step))
     return dataclasses.replace(self, by_width=out)
 
 
 def _decide_separation(claim, data: Separation) -> Verdict:
   effects, above, below, notes = [], [], [], []
   for width, (better, worse) in data.by_width.items():
-    lead = min(e.low() for e in better) - max(e.high() for e in worse)
-    most = max(e.high() for e in better) - min(e.low() for e in worse)
-    above.append(lead > data.margin)
-    below.append(most <= data.margin)
+    above.append(min(e.low() for e in better) - max(e.high() for e in worse) > data.margin)
+    below.append(min(e.low() for e in worse) - max(e.high() for e in better) > data.margin)
     mean = float(np.mean([e.value for e in better]) - np.mean([e.value for e in worse]))
     effects.append(Effect(f"width {width}", mean, math.nan, math.nan, min(len(better), len(worse)),
                           "better − worse, decades"))
     notes.append(f"width {width}: {'above' if above[-1] else 'below' if below[-1] else 'overlapping'}")
   return Verdict(claim, reading(all(above), any(below)), tuple(effects), None,
-                 f"every seed above every seed by more than {data.margin:g} decades at each width: " + "; ".join(notes))
+                 f"every seed of one arm above every seed of the other by more than {data.margin:g} decades "
+                 "(a bound counting on its side only): " + "; ".join(notes))
 
 
 # -- trends against size ---------------------------------------------------------------------
@@ -116,6 +125,8 @@ class Series:
   weight: float
   group: str
   by_width: dict  # width -> np.ndarray of per-seed values
+  sweeps: dict  # width -> the arm's (lowest, top) rate there: where a draw's values are measured
+  bounded: bool = False  # some value is a bound (stable at the sweep's top or at none)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,24 +186,25 @@ class Trend:
     return self.at_slope(claim.power_at, rng)
 
   def at_slope(self, slope: float, rng) -> "Trend":
-    """The subject series' true edges on a line of `slope` through its measured per-width means,
-    each seed off it by a deviation drawn from the measured ones, measured on a grid at a random
-    phase (one for the draw: the grid does not move between widths); the other series redrawn
-    from their seeds."""
+    """Every series' true edges on a line (the subject's chosen so the trend's slope is `slope`,
+    the others' their own least-squares lines) through its measured centre, lifted anywhere within
+    a grid step (a uniform offset: the truth a measured rate stands for), each seed off the line by
+    a deviation drawn from its series' measured ones; all measured on their sweeps."""
     x = np.array([self.x[w] for w in self.widths])
-    means = self.means()
-    target = means.mean() + slope * (x - x.mean())
-    subject, others = self.series[0], self.series[1:]
-    deviations = np.concatenate([v - v.mean() for v in subject.by_width.values()])
-    phase = rng.uniform(0, self.step)
-    by_width = {}
-    for i, w in enumerate(self.widths):
-      centre = subject.by_width[w].mean() + (target[i] - means[i]) / subject.weight
-      true = centre + rng.choice(deviations, len(subject.by_width[w]))
-      by_width[w] = np.floor((true + phase) / self.step + 1e-9) * self.step
-    redrawn = [dataclasses.replace(s, by_width={w: rng.choice(v, len(v)) for w, v in s.by_width.items()})
-               for s in others]
-    return dataclasses.replace(self, series=(dataclasses.replace(subject, by_width=by_width), *redrawn))
+    own = [_slopes(x, np.array([s.by_width[w].mean() for w in self.widths])[:, None])[0] for s in self.series]
+    subject = (slope - sum(s.weight * b for s, b in zip(self.series[1:], own[1:]))) / self.series[0].weight
+    out = []
+    for k, s in enumerate(self.series):
+      centre = np.mean([s.by_width[w].mean() for w in self.widths])
+      line = centre + (subject if k == 0 else own[k]) * (x - x.mean()) + rng.uniform(0, self.step)
+      deviations = np.concatenate([v - v.mean() for v in s.by_width.values()])
+      by_width, bounded = {}, False
+      for i, w in enumerate(self.widths):
+        found = measured(line[i] + rng.choice(deviations, len(s.by_width[w])), s.sweeps[w], self.step)
+        by_width[w] = np.array([e.value for e in found])
+        bounded |= any(e.bound != MEASURED for e in found)
+      out.append(dataclasses.replace(s, by_width=by_width, bounded=bounded))
+    return dataclasses.replace(self, series=tuple(out))
 
 
 def _offsets(rng, step: float, draws: int) -> np.ndarray:
@@ -233,9 +245,11 @@ def _decide_trend(claim, data: Trend) -> Verdict:
   else:
     verdict = reading(high < -data.margin, low > -data.margin)
     how = f"against {-data.margin:g}"
+  if any(s.bounded for s in data.series) and verdict != INCONCLUSIVE:
+    verdict, how = INCONCLUSIVE, how + "; a seed stable at its sweep's top or at none leaves it at most inconclusive"
   return Verdict(claim, verdict, (effect,), None,
                  f"{data.interval:.0%} interval of the slope from {data.draws} draws (seeds resampled, each "
-                 f"width's edge anywhere in its grid step), {how}")
+                 f"width's edge anywhere within a grid step), {how}")
 
 
 def decide(claim, protocol, data) -> Verdict:
@@ -335,14 +349,17 @@ class Ladder:
         if better is None or worse is None:
           return f"every seed of both arms at every rate of width {w}"
         by_width[w] = (better, worse)
-      return Separation(by_width, protocol.threshold("min_lr_gap"), self.step)
+      sweeps = {w: (self.sweep_of(claim.better, w), self.sweep_of(claim.worse, w)) for w in widths}
+      return Separation(by_width, sweeps, protocol.threshold("min_lr_gap"), self.step)
     if len(widths) < 2:
       return "two widths at least, for a slope"
     if claim.metric == DISTANCE_BELOW:
       for w in widths:
-        tuned = self.tuned(claim.arm, w)
+        tuned, edges = self.tuned(claim.arm, w), self.edges(claim.arm, w)
         if tuned is not None and min(tuned) == self.declared[(claim.arm, w)][0]:
           return f"a tuned rate above the lowest rate of width {w}'s sweep in every seed (not bracketed)"
+        if tuned is not None and edges is not None and any(t > e.value for t, e in zip(tuned, edges)):
+          return f"a tuned rate at or below the edge in every seed of width {w} (one is above: it blew up there)"
       series = [(1.0, "seed", self.edges, claim.arm), (-1.0, "seed", self.tuned, claim.arm)]
     elif claim.metric == SLOPE_BELOW:
       series = [(1.0, claim.arm, self.edges, claim.arm)]
@@ -350,17 +367,23 @@ class Ladder:
       series = [(1.0, claim.better, self.edges, claim.better), (-1.0, claim.worse, self.edges, claim.worse)]
     return self._trend(series, widths)
 
+  def sweep_of(self, arm, width) -> tuple[float, float]:
+    """The arm's lowest and top rate (log10) at the width."""
+    rates = self.declared[(arm, width)]
+    return rates[0], rates[-1]
+
   def _trend(self, series, widths) -> "Trend | str":
     """A trend of (weight, resampling group, per-seed values of (arm, width), arm) series."""
     built = []
     for weight, group, values_of, arm in series:
-      by_width = {}
+      by_width, bounded = {}, False
       for w in widths:
         values = values_of(arm, w)
         if values is None:
           return f"every seed of {arm} at every rate of width {w}"
         by_width[w] = np.array([v.value if isinstance(v, Edge) else v for v in values], float)
-      built.append(Series(weight, group, by_width))
+        bounded |= any(isinstance(v, Edge) and v.bound != MEASURED for v in values)
+      built.append(Series(weight, group, by_width, {w: self.sweep_of(arm, w) for w in widths}, bounded))
     p = self.protocol
     return Trend(tuple(built), {w: self.log_params[w] for w in widths}, self.step, p.bootstrap_resamples,
                  p.bootstrap_seed, p.interval, p.threshold("slope_margin"), p.threshold("hold_band"))
@@ -410,7 +433,17 @@ def median_edge(edges: list[Edge]) -> Edge:
   return ordered[len(ordered) // 2]
 
 
-def scored(predicted: float, measured: Edge, tolerance: float) -> bool:
-  """A prediction is right when the measured median is a rate of the sweep (not a bound) within
-  `tolerance` decades of it."""
-  return measured.bound == MEASURED and abs(measured.value - predicted) <= tolerance + 1e-9
+RIGHT, WRONG, NOT_MEASURED = "right", "wrong", "not measured"
+
+
+def scored(predicted: float, median: Edge, tolerance: float, step: float) -> str:
+  """A prediction scored at the grid rate nearest it (so a prediction off the grid and a grid
+  rate are right over as many grid rates): right when the median seed's edge is a rate of the
+  sweep within `tolerance` decades of it; wrong when it is, or when a bound puts every edge it
+  allows beyond the tolerance; not measured when a bound leaves both possible."""
+  nearest = math.floor(predicted / step + 0.5) * step
+  if median.bound == MEASURED:
+    return RIGHT if abs(median.value - nearest) <= tolerance + 1e-9 else WRONG
+  if median.bound == FLOOR:  # the edge is at or above the top
+    return WRONG if median.value > nearest + tolerance + 1e-9 else NOT_MEASURED
+  return WRONG if median.value + step <= nearest - tolerance + 1e-9 else NOT_MEASURED  # below the lowest rate

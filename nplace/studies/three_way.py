@@ -44,7 +44,8 @@ import numpy as np
 
 from nplace.protocol import PERMUTATION, STRATIFIED
 from nplace.studies import exact, growth_curves, intervals, ladder
-from nplace.studies.verdict import NOT_TESTABLE, REPRODUCED, ROUNDING, Effect, Verdict, partly_run, reading
+from nplace.studies.verdict import (INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, ROUNDING, Effect, Verdict, partly_run,
+                                   reading)
 
 CONTINUOUS = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")
 METRICS = CONTINUOUS + ("divergences", "failure_rate", "fails_more") + growth_curves.METRICS + ladder.METRICS
@@ -276,7 +277,17 @@ def judge_all(protocol, measures) -> list[Verdict]:
       continue
     family = [p for other, p in ps.items() if other != claim.id] if claim.id in ps else ()
     verdicts.append(partly_run(decide(claim, protocol, samples[claim.id], family), getattr(measures, "missing", {})))
-  return verdicts
+  return [_given(v, verdicts) for v in verdicts]
+
+
+def _given(found: Verdict, verdicts: list) -> Verdict:
+  """A claim whose `given` claim is not reproduced is at most inconclusive (a lead that is not
+  shown cannot be shown to hold)."""
+  given = found.claim.given and next(v for v in verdicts if v.claim.id == found.claim.given)
+  if not given or given.verdict == REPRODUCED or found.verdict != REPRODUCED:
+    return found
+  return dataclasses.replace(found, verdict=INCONCLUSIVE, would_change=f"{found.would_change}; at most inconclusive "
+                             f"while `{given.claim.id}` is {given.verdict}")
 
 
 def operating(claim, protocol, measures, seed: int) -> tuple[float, float] | None:

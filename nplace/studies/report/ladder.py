@@ -148,8 +148,8 @@ def prediction_table(plan, measures: ladder.Ladder, beyond: dict, protocol) -> s
     if committed and blind is not None:
       median = ladder.median_edge(blind)
       baseline = ladder.median_edge(measures.edges(arm, last))
-      cells += [rate(median), _right(ladder.scored(committed[0], median, tolerance)),
-                f"{rate(baseline)}: {_right(ladder.scored(baseline.value, median, tolerance))}"]
+      cells += [rate(median), f"**{ladder.scored(committed[0], median, tolerance, measures.step)}**",
+                f"{rate(baseline)}: **{ladder.scored(baseline.value, median, tolerance, measures.step)}**"]
     else:
       cells += ["not run", "-", "-"]
     for w, x in beyond.items():
@@ -159,10 +159,6 @@ def prediction_table(plan, measures: ladder.Ladder, beyond: dict, protocol) -> s
   return markdown.table(["arm", f"predicted at width {plan.blind_width} (log10 rate) [95% interval]",
                          f"measured at {plan.blind_width} (median seed)", f"right within {tolerance:g} decades",
                          f"baseline: width {last}'s median, right", *(f"predicted at {w}" for w in beyond)], rows)
-
-
-def _right(ok: bool) -> str:
-  return "**right**" if ok else "**wrong**"
 
 
 def observed_power(protocol, measures: ladder.Ladder) -> dict:
@@ -198,8 +194,10 @@ def body(s, measures: ladder.Ladder) -> list[str]:
           "### The embedding norm's share of Peri-LN's lead", share_table(plan, measures),
           "### The blind prediction",
           f"Each arm's least-squares line over widths {', '.join(map(str, plan.fit_widths))}, committed before width "
-          f"{plan.blind_width}'s first trial; right when width {plan.blind_width}'s median seed is a rate of its sweep "
-          f"within the tolerance; the baseline says width {plan.blind_width} is width {plan.fit_widths[-1]} again. "
+          f"{plan.blind_width}'s first trial, scored at the grid rate nearest it: right when width {plan.blind_width}'s "
+          "median seed is a rate of its sweep within the tolerance of it, wrong when it is not (or a bound puts it "
+          "beyond), not measured when a bound leaves both possible; the baseline, width "
+          f"{plan.blind_width} is width {plan.fit_widths[-1]} again, is scored the same way. "
           f"Widths {', '.join(map(str, beyond))} (`{plan.beyond}`, not run here): the same lines, the gpu tier's "
           "pre-registered prediction.", prediction_table(plan, measures, beyond, protocol),
           "### Final loss vs learning rate", study_a.sweep_figures(s.page, s.key, measures.sweep),
