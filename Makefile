@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo setup clean
+.PHONY: test test-fast demo setup clean
 
 setup: $(STAMP)
 
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	JAX_PLATFORMS=cpu $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=25
+
+# the edit loop: every test not marked slow (make test stays the whole suite)
+test-fast: $(STAMP)
+	JAX_PLATFORMS=cpu $(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 demo: $(STAMP)
 	$(BIN)/nplace demo

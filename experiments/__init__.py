@@ -3,7 +3,7 @@
 `MODELS` is what the presets that take a placement's name (tiny.py, deep48.py, gpt2.py) set for
 each name. A name is its placement, except that Peri-LN carries the embedding norm: `peri` is
 the block's norms plus the norm on the embedding output (`model.embed_norm`), as the Peri-LN
-paper trains it and OLMo-core's Peri-LN ladder offers it (docs/science.md, section 7), and
+paper trains it and OLMo-core's Peri-LN ladder offers it (docs/science.md, section 7.7), and
 `peri_no_embed_norm` is the block alone, the ablation "Peri-LN, no embedding norm". The study
 grids do not read it: their arms set their model keys themselves.
 """
