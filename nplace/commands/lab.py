@@ -26,7 +26,7 @@ import pathlib
 
 from absl import flags
 
-from nplace.commands.flags import Command
+from nplace.commands.flags import Command, names_config
 from nplace.config import experiment_path
 from nplace.errors import UsageError
 from nplace.placements import PLACEMENTS
@@ -57,8 +57,7 @@ COMMAND = Command("nplace lab --all [--results DIR] [--width N] [--json OUT] | "
 def _with_default_config(argv):
   """argv with `--config` first unless it names a config: the lab's model, overridable with
   --config.model.x=y like any other."""
-  named = any(a == "--config" or a.startswith("--config=") for a in argv)
-  return argv if named else [f"--config={experiment_path(DEFAULT_CONFIG)}", *argv]
+  return argv if names_config(argv) else [f"--config={experiment_path(DEFAULT_CONFIG)}", *argv]
 
 
 def _shape_flags(fv) -> list[str]:

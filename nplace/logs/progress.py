@@ -47,3 +47,11 @@ class Progress:
 
 def duration(seconds: float) -> str:
   return time.strftime("%H:%M:%S", time.gmtime(max(seconds, 0)))
+
+
+def stage(text: str, stream=None):
+  """A line saying what a command does next, flushed before the work (a compile may take a
+  minute); on stdout, as a run's progress, unless `stream` (stderr where stdout is the answer)."""
+  stream = stream or sys.stdout
+  stream.write(text + "\n")
+  stream.flush()
