@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from nplace.commands import compile as compile_command, main
 from nplace.runtime import chips
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
@@ -36,6 +37,9 @@ def test_tiny_config_fits_a_v5e_slice(tmp_path):
   assert 0 < report["bytes"]["peak"] < report["hbm_bytes"] == 16 * chips.GiB
   assert 0 < report["probe_bytes"]["peak"] < report["hbm_bytes"]
   assert 0 < report["mfu"] < 1
+  # the stages on stderr (stdout is the JSON), and none of libtpu's complaints about the TPU it lacks
+  assert "compiling the train step for v5litepod-4...\ncompiling the probe suite for v5litepod-4...\n" in done.stderr
+  assert "could not determine TPU" not in done.stderr and "INVALID_ARGUMENT" not in done.stderr, done.stderr
 
 
 @needs_libtpu
@@ -58,7 +62,26 @@ def test_oversized_config_exits_3_with_one_line(tmp_path):
   lines = [line for line in done.stderr.splitlines() if line.startswith("does not fit")]
   assert len(lines) == 1 and "GiB per chip; try --batch-per-chip 4" in lines[0], done.stderr
   assert "--config.model.loss_chunks=8" in lines[0]
-  assert done.stdout == ""
+  assert done.stdout.startswith("loading libtpu for v5litepod-4's abstract devices (v5e:2x2, 4 chips)...\n")
+  assert done.stdout.splitlines()[-1] == "compiling the train step for v5litepod-4..."  # no report
+
+
+def test_help_spells_the_batch_flag_as_its_usage_line_and_the_docs_do(capsys):
+  assert main.main(["compile", "--help"]) == 0
+  out = capsys.readouterr().out
+  assert "[--batch-per-chip N]" in out and "  --batch-per-chip " in out and "batch_per_chip" not in out
+
+
+def test_unmeasured_roofline_says_it_is_a_bound_and_gives_no_mfu_where_compute_bounds_it():
+  # a cell of 8 tiny runs on a trial-only mesh: no traffic, 0.03 ms; it printed "0 ms/step, MFU 100%"
+  cell = {"step_s": 3.3e-5, "compute_s": 3.3e-5, "comm_s": 0.0, "mfu": 1.0, "tokens_per_sec": 2.48e8,
+          "model_flops_per_chip": 6.5e9}
+  line = compile_command._roofline(cell)
+  assert line == ("roofline (a bound, not measured): at least 0.033 ms/step, at most 248,000,000 tokens/s; "
+                  "compute-bound at the chip's peak FLOP/s (model FLOPs 6.5e+09/chip/step)")
+  sharded = cell | {"step_s": 0.12, "comm_s": 0.12, "mfu": 0.42}
+  assert "at least 120 ms/step" in compile_command._roofline(sharded)
+  assert "traffic over ICI bounds it: MFU at most 42%" in compile_command._roofline(sharded)
 
 
 def test_unknown_topology_is_a_usage_error(tmp_path):

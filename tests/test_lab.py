@@ -59,7 +59,11 @@ def small_config(placement, cache_dir=None):
 def test_scorecard_lists_the_placement_then_the_baselines(scorecard):
   stdout, got = scorecard
   assert list(got["cards"]) == ["pre", "post", "peri"]
-  assert stdout.splitlines()[0].split() == ["pre", "post", "peri"]
+  lines = stdout.splitlines()
+  # each configuration announced before it is measured (nearly a minute each at depth 48)
+  assert lines[:3] == [f"[{k}/3] measuring {name} at 2 x 32: probes at init, {lab_checks.WARMUP_STEPS} Adam "
+                       "steps, sharpness..." for k, name in enumerate(("pre", "post", "peri"), 1)]
+  assert lines[3].split() == ["pre", "post", "peri"] and lines[-1].startswith("wrote ")
   predicted = next(line for line in stdout.splitlines() if line.startswith("predicted max stable lr"))
   assert predicted.split()[4:] == [f"{card['predicted_max_lr']:.2g}" for card in got["cards"].values()]
   for name, card in got["cards"].items():

@@ -79,6 +79,11 @@ def test_killed_sweep_reruns_to_the_end_without_redoing_finished_trials(experime
   done = subprocess.run(sweep(experiment, tmp_path), env=env, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stdout + done.stderr
   assert "sweep: 3/3 trials done (2 completed, 1 diverged, 0 failed)" in done.stdout
+  # each trial's lines carry its place in the grid, not its name, at most 20 of them (every 3rd of 60 steps)
+  lines = done.stdout.splitlines()
+  assert f"[3/3] logs: {tmp_path / NAMES[2]}" in lines and "[3/3] step 60/60 loss" in done.stdout
+  steps = [int(line.split()[2].split("/")[0]) for line in lines if line.startswith("[3/3] step ") and "eval" not in line]
+  assert steps == list(range(3, 61, 3)), lines
   record = json.loads((tmp_path / "sweep.json").read_text())
   assert record["config"] == f"{experiment}:small" and record["overrides"] == ["--config.eval.rouge=False"]
   assert [t["name"] for t in record["trials"]] == NAMES

@@ -113,6 +113,19 @@ def test_probe_command_reads_a_checkpoint(reference, tmp_path, env):
   assert result["similarity"][1] == pytest.approx(logged, rel=1e-4)
 
 
+def test_probe_reads_the_checkpoints_config_and_says_what_it_does(reference, tmp_path, capsys):
+  # no --config: the run's own (2 layers x 32, not tiny.py's), as `nplace eval` reads it
+  out = tmp_path / "probe.json"
+  assert main.main(["probe", "--workdir", str(reference), "--step", "20", "--json", str(out),
+                    "--config.probe.batch_size=2"]) == 0
+  result = json.loads(out.read_text())
+  assert (result["placement"], result["n_layer"], result["step"]) == ("pre", 2, 20)
+  assert result["similarity"][1] == pytest.approx(scalars(reference, "probe/similarity/layer_002")[20], rel=1e-4)
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == f"probing pre (2 x 32) {reference} at step 20: compiling the suite, then running it..."
+  assert lines[-1].startswith(f"wrote {out} (")
+
+
 def test_sigkill_after_checkpoint_resumes_exactly(tmp_path, reference, env):
   proc = start(tmp_path, "--config.train.steps=40", env=env)
   wait_for_checkpoint(tmp_path, 20, proc)

@@ -11,6 +11,7 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from nplace.logs.writer import Writer
+from nplace.logs import progress as progress_lib
 from nplace.logs.progress import Progress
 from nplace.train.step_log import SpikeCounter
 
@@ -33,6 +34,22 @@ def test_progress_plain_lines_off_a_terminal():
   assert lines == ["step 10/100 loss 2.5000 compiling", "step 20/100 loss 2.2500 10,000 tok/s eta 00:00:08"]
   Progress(100, 1000, active=False, stream=out).update(30, 1.0, 1.0)
   assert len(out.getvalue().splitlines()) == 2
+
+
+def test_a_labelled_run_prints_its_label_at_most_lines_per_run_times():
+  every = progress_lib.lines_every(log_every=1, steps=2000)  # protocol 2 logs every step
+  assert every == 100 and progress_lib.lines_every(10, 300) == 20 and progress_lib.lines_every(10, 150) == 10
+  with progress_lib.labelled({"n_layer=6,d_model=32,placement=pre,lr=0.001,seed=0": "12/84"}):
+    labels = progress_lib.labels_of(["n_layer=6,d_model=32,placement=pre,lr=0.001,seed=0", "other"])
+  assert labels == {"n_layer=6,d_model=32,placement=pre,lr=0.001,seed=0": "12/84"}
+  assert progress_lib.labels_of(["other"]) == {}  # outside a sweep: nplace train's lines, as they were
+  out = io.StringIO()
+  progress = Progress(total=250, tokens_per_step=1000, active=True, stream=out, every=100, labels=labels)
+  for step in range(1, 251):
+    progress.update(step, 2.5, None, "12/84")
+  assert out.getvalue().splitlines() == [f"[12/84] step {n}/250 loss 2.5000 compiling" for n in (100, 200, 250)]
+  assert progress.who("n_layer=6,d_model=32,placement=pre,lr=0.001,seed=0", stacked=True) == "[12/84] "
+  assert progress.who("other", stacked=True) == "other: " and progress.who("other", stacked=False) == ""
 
 
 class Terminal(io.StringIO):

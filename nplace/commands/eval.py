@@ -7,7 +7,7 @@ import pathlib
 
 from absl import flags
 
-from nplace.commands.flags import Command
+from nplace.commands.flags import Command, names_config
 from nplace.config import base_config, validate
 from nplace.errors import UsageError
 from nplace.train import checkpoint
@@ -25,7 +25,7 @@ COMMAND = Command("nplace eval --workdir DIR [--step N] [--json OUT] [--config F
 
 
 def main(argv):
-  named = any(a == "--config" or a.startswith("--config=") for a in argv)
+  named = names_config(argv)
   # without a --config file the overrides are checked against today's keys (a saved config
   # has them all, nplace.config.from_saved), then applied to the checkpoint's config
   fv, _ = COMMAND.parse(argv, config=None if named else base_config())

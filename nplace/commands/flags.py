@@ -99,6 +99,11 @@ class Command:
     return "\n".join(lines)
 
 
+def names_config(argv) -> bool:
+  """Whether argv names a --config file (not only --config.KEY=VALUE overrides)."""
+  return any(a == "--config" or a.startswith("--config=") for a in argv)
+
+
 def _unknown_key(error: Exception) -> tuple[str, str]:
   """(the key, ml_collections' suggestion or "") of an override naming a key the config lacks.
   Its KeyError, maybe as the argument of an AttributeError, holds the key quoted, then a line

@@ -26,9 +26,10 @@ import pathlib
 
 from absl import flags
 
-from nplace.commands.flags import Command
+from nplace.commands.flags import Command, names_config
 from nplace.config import experiment_path
 from nplace.errors import UsageError
+from nplace.logs.progress import stage
 from nplace.placements import PLACEMENTS
 from nplace.studies import results
 from nplace.studies.lab import checks, measure, measured, rank
@@ -57,12 +58,22 @@ COMMAND = Command("nplace lab --all [--results DIR] [--width N] [--json OUT] | "
 def _with_default_config(argv):
   """argv with `--config` first unless it names a config: the lab's model, overridable with
   --config.model.x=y like any other."""
-  named = any(a == "--config" or a.startswith("--config=") for a in argv)
-  return argv if named else [f"--config={experiment_path(DEFAULT_CONFIG)}", *argv]
+  return argv if names_config(argv) else [f"--config={experiment_path(DEFAULT_CONFIG)}", *argv]
 
 
 def _shape_flags(fv) -> list[str]:
   return [f"--{name}" for name in ("depth", "width") if fv[name].present]
+
+
+def _measure_each(configs: dict, depth: int, width: int) -> dict:
+  """measure_all a configuration at a time, each announced before it: a card is two compiles and
+  a warmup (the three of `nplace lab peri` at depth 48 took 110 s without a word)."""
+  cards = {}
+  for k, (name, config) in enumerate(configs.items(), 1):
+    stage(f"[{k}/{len(configs)}] measuring {name} at {depth} x {width}: probes at init, "
+          f"{checks.WARMUP_STEPS} Adam steps, sharpness...")
+    cards |= measure.measure_all({name: config})
+  return cards
 
 
 def main(argv):
@@ -95,8 +106,9 @@ def main(argv):
                        if placement else "name a PLACEMENT, --all or --rank SWEEP_DIR")
     configs = {n: measure.lab_config(fv.config, fv.depth, fv.width, [("placement", n)])
                for n in dict.fromkeys((placement, *measure.BASELINES))}
-    cards = measure.measure_all(configs)
+    cards = _measure_each(configs, fv.depth, fv.width)
     print(measure.scorecard(cards))
     out = {"depth": fv.depth, "width": fv.width, "rule": checks.SHARPNESS_RULE, "cards": cards}
   if fv.json:
     pathlib.Path(fv.json).write_text(json.dumps(out, indent=1) + "\n")
+    stage(f"wrote {fv.json}")

@@ -17,6 +17,7 @@ from etils import epath
 
 from nplace.commands.flags import Command
 from nplace.errors import UsageError
+from nplace.logs import progress
 from nplace.runtime import compile_cache
 from nplace.studies import grid, sweep
 from nplace.train.summary import SummaryError
@@ -89,8 +90,16 @@ def main(argv):
   except SummaryError as e:
     raise UsageError(str(e)) from None
   sweep.write_record(workdir / "sweep.json", record)
-  with compile_cache.persistent(workdir / compile_cache.DIRNAME):  # cells of one program compile it once
-    sweep.run(trials, workdir, record, groups)
+  running = [trials[i] for i in sorted(i for cell in groups for i in cell)]
+  with compile_cache.persistent(workdir / compile_cache.DIRNAME), progress.labelled(_labels(running)):
+    sweep.run(trials, workdir, record, groups)  # cells of one program compile it once
+
+
+def _labels(trials: list[grid.PlannedTrial]) -> dict[str, str]:
+  """Trial name -> its progress lines' label, `12/84`: its place among the trials this command
+  runs. Short where a name is not (150 characters; the keys that vary across a grid are most of
+  them), and the same on a rerun, finished trials counted."""
+  return {t.name: f"{k}/{len(trials)}" for k, t in enumerate(trials, 1)}
 
 
 def _without_reused(other: str, names: set[str], trials: list[grid.PlannedTrial],

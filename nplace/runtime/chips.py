@@ -13,6 +13,8 @@ import re
 
 from jax.experimental import topologies
 
+from nplace.runtime import stderr_filter
+
 GiB = 1 << 30
 
 
@@ -60,9 +62,11 @@ class Topology:
     return f"{self.chip.cloud}-{self.chips * self.chip.cores_in_cloud_name}"
 
   def devices(self) -> list:
-    """The slice's abstract devices (one per chip): needs libtpu, no TPU."""
+    """The slice's abstract devices (one per chip): needs libtpu, no TPU (libtpu's complaints
+    about the TPU it cannot find are dropped)."""
     kwargs = {"chip_config_name": self.chip.chip_config} if self.chip.chip_config else {}
-    return list(topologies.get_topology_desc(platform="tpu", topology_name=self.name, **kwargs).devices)
+    with stderr_filter.dropping(stderr_filter.LIBTPU_WITHOUT_TPU):
+      return list(topologies.get_topology_desc(platform="tpu", topology_name=self.name, **kwargs).devices)
 
 
 def supported() -> list[str]:

@@ -94,14 +94,18 @@ def roofline(config, topo, mesh, trials: int = 1) -> dict:
           "params": info["params"]}
 
 
-def check(config, topology: str, batch_per_chip: int, probes: bool = True, trials: int | None = None) -> dict:
+def check(config, topology: str, batch_per_chip: int, probes: bool = True, trials: int | None = None,
+          say=lambda text: None) -> dict:
   """The report for `config` on `topology` at `batch_per_chip`; raises DoesNotFit. The probe
   suite is compiled too when the run would use it (`probe.every` > 0). With `trials`, a cell of
   that many runs (every hyperparameter an array), each run on the chips the trial axis gives
-  it with `batch_per_chip` sequences per chip."""
+  it with `batch_per_chip` sequences per chip. `say(text)`: each stage, before it (a compile
+  takes up to minutes)."""
   topo = chips.resolve(topology)
+  say(f"loading libtpu for {topo.cloud_name}'s abstract devices ({topo.name}, {topo.chips} chips)...")
   config = copy.deepcopy(config)
   devices = topo.devices()
+  say(f"compiling the train step{f' of a cell of {trials} runs' if trials else ''} for {topo.cloud_name}...")
   ways = sharding.trial_ways(config.mesh, len(devices), trials) if trials else 1
   config.train.batch_size = batch_per_chip * topo.chips // ways
   mesh = sharding.make_mesh(config.mesh, devices, trials)
@@ -141,6 +145,7 @@ def check(config, topology: str, batch_per_chip: int, probes: bool = True, trial
     if trials:  # a cell probes one run at a time, its slice laid out as a lone run's
       mesh = sharding.make_mesh(config.mesh, devices)
       state = _abstract(train_state.abstract(config), train_state.shardings(config, mesh))
+    say(f"compiling the probe suite for {topo.cloud_name}...")
     report["probe_bytes"] = _probe_memory(config, mesh, state["params"], hints)
     if report["probe_bytes"]["peak"] > topo.chip.hbm_bytes:
       raise DoesNotFit(report["probe_bytes"]["peak"], topo.chip.hbm_bytes, hints)

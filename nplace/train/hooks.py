@@ -81,7 +81,7 @@ def eval_hook(hooks, cell, evaluator, progress, references, every):
         continue
       r.writer.scalars(step, {f"eval/{name}": value for name, value in results.items()} | references)
       r.summary.file_eval(results)
-      who = f"{r.name}: " if cell.stacked else ""
+      who = progress.who(r.name, cell.stacked)
       progress.message(f"{who}step {step} eval loss {results['loss']:.4f} perplexity {results['perplexity']:.3f}"
                        f"{_rouge_line(results)} (frequency loss {references['data/frequency_loss']:.4f})")
 
@@ -115,7 +115,7 @@ def probe_hook(hooks, cell, progress):
                                            inputs.probe_key(r.config), cell.run_mesh))
       if writers[i]:
         writers[i].write(step, results)
-      who = f"{r.name}: " if cell.stacked else ""
+      who = progress.who(r.name, cell.stacked)
       progress.message(f"{who}step {step} probe suite: {len(results)} probes written to TensorBoard")
 
   hooks.add(run, every=1, at_start=True)  # `probed` picks the steps: early ones are off the every-N grid

@@ -14,7 +14,7 @@ from jax.experimental import multihost_utils
 
 from nplace.data import prepare
 from nplace.errors import ConfigError, DataError
-from nplace.logs.progress import Progress
+from nplace.logs.progress import Progress, labels_of, lines_every
 from nplace.logs.writer import Writer
 from nplace.model.size import model_info
 from nplace.runtime import chips, cpu_split, sharding, startup, workdirs
@@ -119,7 +119,9 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
     raise ConfigError("train.eval_batches", config.train.eval_batches,
                       f"the validation split holds {val_windows // config.train.batch_size} batches")
   tokens = config.train.batch_size * config.data.seq_len
-  progress = Progress(config.train.steps, tokens * cell.trials, is_main)
+  labels = labels_of(run.name for run in runs)  # in a sweep: its trials' short labels
+  every = lines_every(config.train.log_every, config.train.steps) if labels else 1
+  progress = Progress(config.train.steps, tokens * cell.trials, is_main, every=every, labels=labels)
   for run in runs:
     run.mngr = checkpoint.manager(run.workdir, run.config.checkpoint)
   try:
@@ -132,7 +134,7 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
       run.mngr.close()
   for run in runs if is_main else ():
     (run.workdir / "summary.json").write_text(run.summary.to_json())
-    who = f"{run.name}: " if cell.stacked else ""
+    who = progress.who(run.name, cell.stacked)
     progress.message(f"{who}{run.summary.status} at step {run.summary.step}: {run.summary.to_json(indent=None)}")
   return [run.summary for run in runs]
 
@@ -144,8 +146,11 @@ def _announce(progress, cell, evaluator):
     progress.message(f"cell: {cell.trials} runs in one program ({cell.names}), differing in "
                      f"{', '.join(cell.varying) or 'the seed'}")
   for run in cell.runs:
-    progress.message(f"logs: {run.workdir} (TensorBoard event files; summary.json at the end)\n"
-                     f"  tensorboard --logdir {run.workdir}")
+    if run.name in progress.labels:  # a sweep's trial: its label, and its name once (the sweep points TensorBoard)
+      progress.message(f"{progress.who(run.name, True)}logs: {run.workdir}")
+    else:
+      progress.message(f"logs: {run.workdir} (TensorBoard event files; summary.json at the end)\n"
+                       f"  tensorboard --logdir {run.workdir}")
   progress.message(f"devices: {mesh.size} x {mesh.devices.flat[0].platform}, mesh {dict(mesh.shape)}")
   p = config.probe
   if p.every:
@@ -163,7 +168,7 @@ def _run(cell, meta, progress, is_main) -> None:
   if state is None:
     state = cell.init()
   for run in cell.runs if start else ():
-    progress.message(f"{run.name}: resumed from step {start} (checkpoint {run.mngr.directory / str(start)})")
+    progress.message(f"{progress.who(run.name, True)}resumed from step {start} (checkpoint {run.mngr.directory / str(start)})")
   cell.compile()
   evaluator = evaluation.Evaluator(config, cell.eval_step,
                                    lambda b: jax.make_array_from_process_local_data(cell.eval_batch_sharding, b),

@@ -14,7 +14,8 @@ from nplace.runtime import workdirs
 
 class CellLog:
   """The runs' step logs, one step late (once the next step is queued, so the host never waits
-  on the device), and the progress line: the mean loss of the runs logged, their tokens/s."""
+  on the device), and the progress line: the mean loss of the runs logged, their tokens/s (in
+  a sweep, a line per run with its label)."""
 
   def __init__(self, cell, progress):
     self.cell, self.progress, self.pending = cell, progress, None
@@ -29,13 +30,19 @@ class CellLog:
       return
     (step, step_metrics), self.pending = self.pending, None
     m, now = jax.device_get(step_metrics), time.perf_counter()
-    logged = [run.log.record(step, self.cell.metrics_of(m, i), now)
+    logged = [(run.name, run.log.record(step, self.cell.metrics_of(m, i), now))
               for i, run in enumerate(self.cell.runs) if not run.diverged]
-    logged = [entry for entry in logged if entry is not None]
-    if logged:
-      rates = [tps for _, tps in logged]
-      self.progress.update(step, float(np.mean([loss for loss, _ in logged])),
-                           sum(rates) if all(rates) else None)
+    logged = [(name, entry) for name, entry in logged if entry is not None]
+    if not logged:
+      return
+    rates = [tps for _, (_, tps) in logged]
+    rate = sum(rates) if all(rates) else None  # the cell's: what its ETA runs at
+    labels = self.progress.labels
+    if labels:  # a sweep's trials: a line each, its own loss
+      for name, (loss, _) in logged:
+        self.progress.update(step, loss, rate, labels.get(name, name))
+    else:
+      self.progress.update(step, float(np.mean([loss for _, (loss, _) in logged])), rate)
 
 
 class StepLog:
