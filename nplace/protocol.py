@@ -21,13 +21,12 @@ STABILITY_SWEEP = "stability sweep"  # ... with failure regions, maximum stable 
 COMPARISON = "unswept comparison"  # one learning rate: each arm's final loss
 GROWTH_POOLED = "growth over depth, pooled"  # one seed per depth: fits over the depths
 GROWTH_PER_SEED = "growth over depth, per seed"  # fits per seed, intervals over the seeds
-COLLAPSE = "collapse"  # study B: plateaus and probes per arm and seed
-COLLAPSE_MECHANISMS = "collapse mechanisms"  # ... with the norms' accounting and the order of events
+COLLAPSE_MECHANISMS = "collapse mechanisms"  # study B: plateaus, probes, the norms' accounting, the order of events
 LAB = "lab ranking"  # the lab's init-time score against a sweep's measured outcome
 FIXED_RATES = "failures at fixed rates"  # many seeds per arm at a few declared learning rates
 # maximum stable rates over model widths: per-width comparisons, trends against size, a blind prediction
 SCALE_LADDER = "scale ladder"
-KINDS = (LR_SWEEP, STABILITY_SWEEP, COMPARISON, GROWTH_POOLED, GROWTH_PER_SEED, COLLAPSE, COLLAPSE_MECHANISMS,
+KINDS = (LR_SWEEP, STABILITY_SWEEP, COMPARISON, GROWTH_POOLED, GROWTH_PER_SEED, COLLAPSE_MECHANISMS,
          LAB, FIXED_RATES, SCALE_LADDER)
 
 BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
@@ -151,11 +150,6 @@ class Protocol:
   # A lab protocol's bootstrap resamples the configurations as well as each one's seeds: rho's
   # interval then covers another choice of configurations, not only other seeds.
   resample_configurations: bool = False
-  # Study B: the steps its probes are read at for the sustained claims (starved at each), fixed
-  # whatever the run's length and probing; None: every probe (nplace/studies/collapse.py).
-  read_steps: tuple[int, ...] | None = None
-  # Study B: a mechanism claim holds only if no escaping run of the grid holds it too.
-  mechanisms_separate: bool = False
   ladder: ScaleLadder | None = None  # a scale ladder's fit, prediction and what its page sets beside it
 
   def threshold(self, name: str) -> float:

@@ -580,13 +580,13 @@ def test_nan_or_inf_levels_and_missing_trials_are_not_testable():
   assert set(found.values()) == {v.NOT_TESTABLE}
 
 
-# --- Study B protocol 3 (experiments/collapse.py PROTOCOL_V3), reviewed before its runs. A
+# --- Study B protocol 3 (experiments/collapse.py PROTOCOL), reviewed before its runs. A
 # mechanism claim about Post-LN is reproduced only if every seed of Post-LN holds it and no
-# escaping run of the grid does; starvation is read at READ_STEPS. Each test builds, from
-# protocol 2's committed trials (results/collapse_cpu, seeds 0-2), data under which a claim is
-# false (or must not be judged) and checks the verdict says so.
+# escaping run of the grid does; starvation is read at collapse.READ_STEPS. Each test builds,
+# from protocol 2's committed trials (results/collapse_cpu, seeds 0-2), data under which a claim
+# is false (or must not be judged) and checks the verdict says so.
 B = grid.load_module(ROOT / "experiments" / "collapse.py")
-B3 = B.PROTOCOL_V3
+B3 = B.PROTOCOL
 POST = "Post-LN"
 B3_MECHANISMS = [c.id for c in B3.claims if c.arm == POST and c.metric in collapse.MECHANISMS]
 B3_BY_METRIC = {c.metric: c.id for c in B3.claims if c.id in B3_MECHANISMS}
@@ -598,8 +598,8 @@ def b3_trials():
   return tuple(results.load(ROOT / "results" / "collapse_cpu").trials)
 
 
-def _b3(trials, protocol=B3):
-  return {x.claim.id: x for x in judge.judge(protocol, collapse.Measures(protocol, B.ARMS, list(trials)))}
+def _b3(trials):
+  return {x.claim.id: x for x in judge.judge(B3, collapse.Measures(B3, B.ARMS, list(trials)))}
 
 
 def _b3_trial(trials, arm, seed):
@@ -648,19 +648,17 @@ def test_b3_committed_grid_reproduces_the_mechanisms_and_only_the_factor_claims_
                                      "centered_factor_stays": ["`min_factor_fall` ×0.5"]}
 
 
-@pytest.mark.parametrize("separate", [True, False])
 @pytest.mark.parametrize("arm", B3_ESCAPING_ARMS)
-def test_b3_escaping_traces_relabelled_post_ln_reproduce_no_mechanism(b3_trials, arm, separate):
+def test_b3_escaping_traces_relabelled_post_ln_reproduce_no_mechanism(b3_trials, arm):
   """Each escaping arm's committed probes filed as Post-LN's seeds, beside Post-LN's own collapsed
   loss: the per-arm test itself fails (in every seed), not only the separation rule."""
-  protocol = dataclasses.replace(B3, mechanisms_separate=separate)
   fake = [dataclasses.replace(_b3_trial(b3_trials, POST, s), probes=_b3_trial(b3_trials, arm, s).probes)
           for s in range(3)]
   grid_ = [t for t in b3_trials if results.arm_of(B.ARMS, t.overrides) != POST] + fake
-  found = _b3(grid_, protocol)
+  found = _b3(grid_)
   assert found["post_collapses"].verdict == v.REPRODUCED
   assert all(found[k].verdict != v.REPRODUCED for k in B3_MECHANISMS), {k: found[k].verdict for k in B3_MECHANISMS}
-  measures = collapse.Measures(protocol, B.ARMS, grid_)
+  measures = collapse.Measures(B3, B.ARMS, grid_)
   for metric in ("clones", "stays_starved", "factor_falls"):
     assert not any(measures.per_seed(metric, POST)[1]), metric
     assert found[B3_BY_METRIC[metric]].verdict == v.NOT_REPRODUCED
@@ -671,8 +669,8 @@ def test_b3_escaping_traces_relabelled_post_ln_reproduce_no_mechanism(b3_trials,
 
 
 def test_b3_one_escaping_run_holding_a_test_does_not_separate(b3_trials):
-  """One escaping run made to hold each mechanism's test: not reproduced, the run named; the
-  same grid without the separation rule reproduces it (Post-LN's own seeds all hold it)."""
+  """One escaping run made to hold each mechanism's test: not reproduced, the run named, though
+  Post-LN's own seeds all hold it (the claim's verdict without the separation rule)."""
   def lower_factor(steps, values):
     values[steps == 2000, 1:] -= 0.1  # the mean factor now falls by ~0.09 from init
     return values
@@ -696,14 +694,15 @@ def test_b3_one_escaping_run_holding_a_test_does_not_separate(b3_trials):
     found = _b3(grid_)[claim]
     assert found.verdict == v.NOT_REPRODUCED, metric
     assert found.would_change == f"does not separate: 1 of the {escaping} escaping runs hold it too ({arm} seed {seed})"
-    assert _b3(grid_, dataclasses.replace(B3, mechanisms_separate=False))[claim].verdict == v.REPRODUCED, metric
+    assert all(collapse.Measures(B3, B.ARMS, grid_).per_seed(metric, POST)[1]), metric
 
 
 def test_b3_values_read_at_fixed_steps_do_not_depend_on_the_probe_schedule(b3_trials):
-  """Protocol 1's runs (probed every 250) and protocol 2's (every 25 up to 500), the same
-  training: every value protocol 3 reads at fixed steps is the same on both; only the order of
-  events, resolved by the probes, moves (Post-LN's lead 400/430/330 steps against 550/580/505)."""
-  v1 = results.load(ROOT / "results" / "collapse_v1_cpu").trials
+  """Protocol 1's runs (probed every 250; archived data, which no current protocol judges) and
+  protocol 2's (every 25 up to 500), the same training: every value protocol 3 reads at fixed
+  steps is the same on both; only the order of events, resolved by the probes, moves (Post-LN's
+  lead 400/430/330 steps against 550/580/505)."""
+  v1 = results.load(ROOT / "results" / "archive" / "data" / "collapse_v1_cpu").trials
   dense = {t.name: t for t in b3_trials}
   measures = collapse.Measures(B3, B.ARMS, [])
   assert len(v1) == 15 and all(t.name in dense for t in v1)
@@ -749,13 +748,12 @@ def test_b3_a_warmup_dip_is_not_starvation_for_good(b3_trials):
   dip = lambda until: _b3_edit(post, grad_h=lambda s, x: _ratio_to(0.5, lambda s: (s > 50) & (s <= until))(
       s, _ratio_to(1e-6, lambda s: s == 50)(s, x)))
   early = dip(400)
-  order = collapse.order_of_events(early, B3, for_good=True)
+  order = collapse.order_of_events(early, B3)
   assert (order.last_unstarved, order.starved, order.plateau, order.outcome) == (400, 425, 650, collapse.STARVED_FIRST)
-  assert collapse.order_of_events(early, B3).starved == 50  # protocol 2's first-below would count the dip
   found = _b3(_swap(b3_trials, early))["post_starves_first"]
   assert found.verdict == v.REPRODUCED and found.effects[0].low == 650 - 425
   late = dip(750)
-  order = collapse.order_of_events(late, B3, for_good=True)
+  order = collapse.order_of_events(late, B3)
   assert (order.last_unstarved, order.starved, order.outcome) == (750, 1000, collapse.PLATEAU_FIRST)
   assert _b3(_swap(b3_trials, late))["post_starves_first"].verdict == v.NOT_REPRODUCED
   # a dip that never falls again: never starved for good, with the plateau known, refutes it
@@ -820,7 +818,7 @@ def test_b3_values_exactly_at_a_threshold(b3_trials):
       return values
     return edit
   fall = _b3_edit(post, norm_backward=set_factors(0.12, 0.06))
-  assert collapse.factor_fall(fall, B3.read_steps) == B3.threshold("min_factor_fall")
+  assert collapse.factor_fall(fall) == B3.threshold("min_factor_fall")
   assert _b3(_swap(b3_trials, fall))["post_factor_falls"].verdict == v.NOT_REPRODUCED
   centered = _b3_edit(_b3_trial(b3_trials, "Post-LN, centered", 0), norm_backward=set_factors(0.12, 0.06))
   assert _b3(_swap(b3_trials, centered))["centered_factor_stays"].verdict == v.REPRODUCED
@@ -830,7 +828,7 @@ def test_b3_values_exactly_at_a_threshold(b3_trials):
     values[steps >= 500, 2:6] = 0.1  # four sites at 0.1: log10 of the product exactly -4
     return values
   norms = _b3_edit(post, norm_backward=norms_at_minus_4)
-  assert collapse.norms_change(norms, B3.read_steps) == math.log10(B3.threshold("max_gradient_ratio")) == -4
+  assert collapse.norms_change(norms) == math.log10(B3.threshold("max_gradient_ratio")) == -4
   assert _b3(_swap(b3_trials, norms))["post_norms_account"].verdict == v.NOT_REPRODUCED
 
   def at_limit(steps, values):

@@ -2,7 +2,7 @@
 measuring class that the protocol's declared `kind` names (nplace/protocol.py). The results
 page and `nplace lab --rank` both measure through it, so they agree on every trial, the grid's
 unfiled ones included."""
-from nplace.protocol import (COLLAPSE, COLLAPSE_MECHANISMS, COMPARISON, FIXED_RATES, GROWTH_PER_SEED, GROWTH_POOLED,
+from nplace.protocol import (COLLAPSE_MECHANISMS, COMPARISON, FIXED_RATES, GROWTH_PER_SEED, GROWTH_POOLED,
                              LAB, LR_SWEEP, SCALE_LADDER, STABILITY_SWEEP)
 from nplace.studies import collapse, depth_growth, ladder, lr_sensitivity, ranking, results
 
@@ -32,6 +32,6 @@ def measures_for(protocol, study, module, arg: str, horizon: float = 1.0, ranked
   if protocol.kind == SCALE_LADDER:
     expected = module.get_sweep(arg)
     return ladder.Ladder(protocol, arms, study.trials, expected, ladder.log_params(module.get_config(arg), expected, arms))
-  if protocol.kind in (COLLAPSE, COLLAPSE_MECHANISMS):
+  if protocol.kind == COLLAPSE_MECHANISMS:
     return collapse.Measures(protocol, arms, study.trials)
   raise ValueError(f"{protocol.name} protocol v{protocol.version}: kind {protocol.kind!r} has no measures")
