@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nplace.studies import collapse, grid, judge, results, verdict
-from nplace.studies.report import tables
+from nplace.studies.report import study_b, tables
 from nplace.studies.results import Trial
 from nplace.train.summary import Summary
 
@@ -219,3 +219,9 @@ def test_the_matched_control_is_as_small_at_init_as_the_centered_arm():
   assert centered / softmax == pytest.approx(collapse_grid.MATCHED_ATTN_SCALE, abs=0.01)  # 0.234 on seed 0
   assert pooled(collapse_grid.MATCHED_CONTROL) / centered == pytest.approx(1, abs=0.25)
 
+
+def test_the_page_says_why_study_b_prints_no_false_positive_rate_or_power():
+  """Its verdicts need every seed (and, for a mechanism, every escaping run): the sentence the
+  section prints in place of the column says so, with the protocol's own number of seeds."""
+  line = study_b.no_operating_line(PROTOCOL)
+  assert f"every one of the {PROTOCOL.seeds} seeds of its arm" in line and "every escaping run" in line

@@ -117,6 +117,8 @@ BODIES = {  # kind -> what a section shows after its verdicts
 
 
 def _intervals_line(protocol) -> str:
+  if protocol.kind == protocol_lib.COLLAPSE_MECHANISMS:
+    return study_b.no_operating_line(protocol)
   if protocol.kind not in SWEPT_OR_COMPARED:
     return ""
   if protocol.verdicts == protocol_lib.THREE_WAY:

@@ -111,6 +111,17 @@ def section(page, source, key: str) -> str:
   return "\n\n".join(p for p in [*parts, study_a.unfinished(source.runs), markdown.commands(source.runs)] if p)
 
 
+def no_operating_line(protocol) -> str:
+  """Why study B's verdict tables have no false-positive rate or power column, as study A's and
+  growth's three-way ones do (nplace/studies/three_way.py): its rule draws no interval or test
+  statistic from the seeds, so there is no sampling distribution to simulate."""
+  return (f" No claim here prints a false-positive rate or power: a claim holds only if it holds in every one of "
+          f"the {protocol.seeds} seeds of its arm, and a mechanism claim only if, besides, every escaping run of the "
+          "grid fails its test. No interval or test statistic is drawn from the seeds, so there is none to simulate: "
+          "the seeds' values against the thresholds fix each verdict, its row names what would change it, and the "
+          "verdicts with each threshold halved and doubled show how near each threshold sits.")
+
+
 def clone_table(measures) -> str:
   """Per arm and seed: the top block's similarity at init, raw and centered; the mean backward
   factor at init and at the last probe; the smallest gradient ratio."""
