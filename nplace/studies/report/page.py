@@ -43,16 +43,14 @@ class Section:
 
 
 def _growth_per_seed(s: Section, measures, by_horizon) -> list[str]:
-  return ["### Growth above init over depth", growth.growth_power_line(s.protocol, measures),
+  arms = results.arms(s.module, s.protocol)
+  return ["### Growth above init over depth", growth.POWER_LINE,
           growth.growth_seed_table(measures), growth.growth_seed_figure(s.page, s.key, measures),
           "### Every verdict at each horizon (the probes at that step)", tables.horizon_table(s.protocol, by_horizon),
-          "### Peri-LN against its bound", growth.growth_bound_table(measures, results.arms(s.module, s.protocol)),
+          "### Peri-LN against its bound", growth.growth_bound_table(measures, arms),
+          "### The level's exponent over depth, every arm beside Peri-LN", *growth.level_exponent_part(
+              s.protocol, measures, arms),
           "### The largest activation", growth.massive_table(measures)]
-
-
-def _growth_pooled(s: Section, measures, by_horizon) -> list[str]:
-  return ["### Top-layer moments over depth", growth.growth_table(measures),
-          growth.growth_figures(s.page, s.key, measures), "### Final losses", growth.growth_losses_table(measures)]
 
 
 def _collapse_mechanisms(s: Section, measures, by_horizon) -> list[str]:
@@ -108,8 +106,7 @@ def _comparison(s: Section, measures, by_horizon) -> list[str]:
 
 
 BODIES = {  # kind -> what a section shows after its verdicts
-    protocol_lib.GROWTH_PER_SEED: _growth_per_seed, protocol_lib.GROWTH_POOLED: _growth_pooled,
-    protocol_lib.COLLAPSE_MECHANISMS: _collapse_mechanisms,
+    protocol_lib.GROWTH_PER_SEED: _growth_per_seed, protocol_lib.COLLAPSE_MECHANISMS: _collapse_mechanisms,
     protocol_lib.STABILITY_SWEEP: _stability_sweep, protocol_lib.LR_SWEEP: _lr_sweep,
     protocol_lib.COMPARISON: _comparison, protocol_lib.FIXED_RATES: _fixed_rates,
     protocol_lib.SCALE_LADDER: lambda s, measures, by_horizon: ladder.body(s, measures),
