@@ -19,15 +19,13 @@ from typing import Callable
 LR_SWEEP = "lr sweep"  # each arm's final loss over a learning-rate sweep: LR sensitivity
 STABILITY_SWEEP = "stability sweep"  # ... with failure regions, maximum stable rates, blow-ups, horizons
 COMPARISON = "unswept comparison"  # one learning rate: each arm's final loss
-GROWTH_POOLED = "growth over depth, pooled"  # one seed per depth: fits over the depths
 GROWTH_PER_SEED = "growth over depth, per seed"  # fits per seed, intervals over the seeds
-COLLAPSE = "collapse"  # study B: plateaus and probes per arm and seed
-COLLAPSE_MECHANISMS = "collapse mechanisms"  # ... with the norms' accounting and the order of events
+COLLAPSE_MECHANISMS = "collapse mechanisms"  # study B: plateaus, probes, the norms' accounting, the order of events
 LAB = "lab ranking"  # the lab's init-time score against a sweep's measured outcome
 FIXED_RATES = "failures at fixed rates"  # many seeds per arm at a few declared learning rates
 # maximum stable rates over model widths: per-width comparisons, trends against size, a blind prediction
 SCALE_LADDER = "scale ladder"
-KINDS = (LR_SWEEP, STABILITY_SWEEP, COMPARISON, GROWTH_POOLED, GROWTH_PER_SEED, COLLAPSE, COLLAPSE_MECHANISMS,
+KINDS = (LR_SWEEP, STABILITY_SWEEP, COMPARISON, GROWTH_PER_SEED, COLLAPSE_MECHANISMS,
          LAB, FIXED_RATES, SCALE_LADDER)
 
 BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
@@ -81,7 +79,6 @@ class Claim:
   # The effect at which the page states the claim's power (worse - better in the metric's unit;
   # (worse's, better's) failure rates for counts; the failure rate for one arm's rate).
   power_at: float | tuple[float, float] | None = None
-  at_most: float | None = None  # the bound an "at most" claim states (an exponent of 1: at most linear)
   source: str = SEED_CLAIM  # SEED_CLAIM: what the reproduced paper says; FINDING: this project's own
   widths: tuple[int, ...] | None = None  # a scale ladder's claim: the widths it reads (None: where its arms ran)
   given: str | None = None  # a claim of the same protocol that must be reproduced for this one to be
@@ -146,17 +143,11 @@ class Protocol:
   # seed's maximum stable rate is the largest at which it learned.
   stable_needs_no_blow_up: bool = False
   horizons: tuple[float, ...] = (1.0,)  # fractions of the run at which every verdict is judged
-  depths: tuple[int, ...] | None = None  # growth over depth: the depths its fits are over; None: the grid's
   arms: dict | None = None  # label -> overrides; None: the grid module's ARMS
   lab: "Protocol | None" = None  # the lab protocol that ranks the lab's predictions on this grid
   # A lab protocol's bootstrap resamples the configurations as well as each one's seeds: rho's
   # interval then covers another choice of configurations, not only other seeds.
   resample_configurations: bool = False
-  # Study B: the steps its probes are read at for the sustained claims (starved at each), fixed
-  # whatever the run's length and probing; None: every probe (nplace/studies/collapse.py).
-  read_steps: tuple[int, ...] | None = None
-  # Study B: a mechanism claim holds only if no escaping run of the grid holds it too.
-  mechanisms_separate: bool = False
   ladder: ScaleLadder | None = None  # a scale ladder's fit, prediction and what its page sets beside it
 
   def threshold(self, name: str) -> float:

@@ -259,7 +259,7 @@ def test_growth_section_fits_linear_and_exponential_profiles(tmp_path, capsys):
   for name, profile in profiles.items():
     write_probes(tmp_path / name, [0, 20], {q: blocks([profile, 2 * profile])
                                            for q in ("mean_abs", "var_entry", "var_data")})
-  write_sweep(tmp_path, "experiments/growth.py:cpu",
+  write_sweep(tmp_path, "experiments/growth.py:v3_cpu",
               {name: ({"model.placement": name}, SUMMARY | {"val_loss": 3.0}) for name in profiles})
   report(tmp_path, "--out", tmp_path / "out", capsys=capsys)
   text = (tmp_path / "out" / "report.md").read_text()

@@ -133,9 +133,9 @@ def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsy
 @pytest.mark.parametrize("grid,trials,cells", [
     ("stability.py:cpu", 350, 24), ("stability.py:cpu_wide", 100, 8), ("stability.py:gpu", 350, 24),
     ("stability.py:paper,350m", 175, 12),
-    ("stability.py:v1_cpu", 180, 12), ("growth.py:cpu", 72, 12), ("growth.py:gpu", 72, 12),
-    ("growth.py:v1_cpu", 32, 8), ("collapse.py:cpu", 18, 6), ("collapse.py:gpu", 30, 6), ("collapse.py:paper", 18, 6),
-    ("collapse.py:v1_cpu", 15, 5)])
+    ("stability.py:v1_cpu", 180, 12), ("growth.py:v3_cpu", 60, 10), ("growth.py:v3_gpu", 60, 10),
+    ("collapse.py:cpu", 18, 6), ("collapse.py:v3_cpu", 18, 6), ("collapse.py:gpu", 30, 6),
+    ("collapse.py:paper", 18, 6)])
 def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells, tmp_path, capsys):
   """The grid dry, through the console script's entry point: `--list` prints every trial (or
   cell of up to 15) it runs, and runs nothing; cpu_wide's are the 100 of its 450 that are not
@@ -168,7 +168,7 @@ def test_a_widened_grid_runs_only_the_trials_it_does_not_reuse(tmp_path, capsys)
   assert not (tmp_path / "sw").exists()
 
 
-def test_collapse_protocol_2_lists_its_matched_control_probed_densely_early(tmp_path, capsys):
+def test_collapse_lists_its_matched_control_probed_densely_early(tmp_path, capsys):
   """The control arm (attention output at the declared fraction of its init, softmax kept) is in
   the cpu tier's listing, and that tier probes every 25 steps up to step 500."""
   spec = f"{pathlib.Path(__file__).resolve().parent.parent}/experiments/collapse.py:cpu"

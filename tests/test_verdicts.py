@@ -99,7 +99,7 @@ def test_a_widened_grid_is_judged_on_its_own_trials_and_the_ones_it_reuses(tmp_p
 
 
 def _growth_trial(overrides: dict, steps=1000):
-  """A protocol-2 growth trial: the top layer's mean |h| grows above its init value 1 by
+  """A growth trial of protocol 3's grid: the top layer's mean |h| grows above its init value 1 by
   0.05 e^(0.05 D) for Pre-LN and by 0.2 D for Peri-LN, seeds 2% apart; variance its square."""
   depth, seed = overrides["model.n_layer"], overrides["seed"]
   grown = (0.05 * math.exp(0.05 * depth) if overrides["model.placement"] == "pre" else 0.2 * depth) * (1 + 0.02 * seed)
@@ -111,29 +111,26 @@ def _growth_trial(overrides: dict, steps=1000):
   return Trial(grid.trial_name(overrides), overrides, summary, [(0, 6.2), (steps, 2.0)], 50, 512, probes)
 
 
-def test_a_protocol_2_growth_grid_is_judged_per_seed_and_a_missing_seed_is_not_testable(tmp_path):
-  study = tmp_path / "results" / "growth_cpu"
+def test_a_growth_grid_is_judged_per_seed_and_a_missing_seed_is_not_testable(tmp_path):
+  study = tmp_path / "results" / "growth_v3_cpu"
   study.mkdir(parents=True)
-  (study / "grid.json").write_text(json.dumps({"config": "experiments/growth.py:cpu"}))
-  sweep = grid.load_module(RESULTS.parent / "experiments" / "growth.py").get_sweep("cpu")
+  (study / "grid.json").write_text(json.dumps({"config": "experiments/growth.py:v3_cpu"}))
+  sweep = grid.load_module(RESULTS.parent / "experiments" / "growth.py").get_sweep("v3_cpu")
   trials = [_growth_trial(o) for o in sweep]
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
   page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   rows = {claim: next(line for line in page.splitlines() if f"(`{claim}`)" in line)
-          for claim in ("pre_exponential", "peri_at_most_linear", "peri_variance_at_most_quadratic")}
-  assert "**reproduced**" in rows["pre_exponential"] and "**reproduced**" in rows["peri_at_most_linear"]
-  assert "**reproduced**" in rows["peri_variance_at_most_quadratic"]
-  assert "called exponential with probability 0.8 from r = 0.0148 per layer" in page
-  assert "| Peri-LN | 3: 0.14 ± 0.00 → 0.23 ± 0.00," in page  # (1 + 0.6 s) / (1 + 6) at s = 0, 1
+          for claim in ("pre_exponential", "pre_dt_exponential")}
+  assert all("**reproduced**" in row and row.endswith("at 0.04 |") for row in rows.values())  # e^(0.05 D): r̂ 0.05
+  assert "Each claim's false-positive rate and power: the verdict table's last column." in page
+  assert "| Peri-LN | 3: 0.14 ± 0.00 → 0.24 ± 0.00," in page  # (1 + 0.6 (1 + 0.02 s)) / (1 + 6), seeds 3-5
+  described = page.split("### The level's exponent over depth")[1]
+  assert "A description, not a claim of the seed's." in described and "lie under the same bounds" in described
+  assert "| Peri-LN | 0.70 [0.69, 0.71] | 1.40 [1.38, 1.42] |" in described  # 1 + 0.2 D: ~D^0.7 over 3..48
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials[1:]))  # one seed of one depth gone
   page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   assert "**not testable at this tier**" in next(line for line in page.splitlines() if "(`pre_exponential`)" in line)
   assert "**Partly run**: not yet filed: Pre-LN (1 trials)" in page
-  shallow = [t for t in trials if t.overrides["model.n_layer"] != 96]  # a part filed without the deepest
-  (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in shallow))
-  page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
-  assert "3 seeds at depths 3, 6, 12, 24, 48, 96 and" in page and "from r = 0.0148 per layer" in page
-  assert "are left out" not in page
   shrunk = next(t for t in trials if t.overrides["model.placement"] == "peri")
   shrunk.probes["mean_abs"]["values"].reverse()  # its stream ends below where it started
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))

@@ -1,4 +1,5 @@
-"""Study B's measurements per arm and seed, and the claims a protocol can make about them.
+"""Study B's measurements per arm and seed, and the claims its protocol makes about them
+(experiments/collapse.py: PROTOCOL).
 
 From a trial's committed results (nplace/studies/results.py): its train loss on the plateau
 (the mean over the last quarter, `outcomes.plateau_gap`) against the frequency loss; its probes
@@ -7,44 +8,32 @@ per block (grad_h) and the norm backward factor per norm site. A claim holds whe
 every seed of its arm, and is not testable until every seed of the protocol (0..seeds-1) of
 each arm it names is filed and probed.
 
-Metrics of version 1 (a claim about one `arm`):
+The metrics (a claim about one `arm`; the thresholds are its protocol's). Starvation and the
+factor are read at `READ_STEPS`, fixed steps whatever the run's length and its probing:
   collapses / escapes    the plateau within / farther than `collapse_margin` of the frequency loss
-  similarity_rises       the top block's similarity at the first probe (init) exceeds block 1's
-  similarity_centered_rises   by more than `min_similarity_rise`
-  gradient_starves       |dL/dh_1| / |dL/dh_L| falls below `max_gradient_ratio` at some probe
-  gradient_kept          ... stays at or above it at every probe
-  backward_below_one     the mean backward factor over the norm sites after the first (the
-                         first reads the embedding) is below 1 at every probe after init
-Version 2's (the thresholds are its protocol's):
   clones / no_clones     the top block's similarity at init, raw and centered (the smaller of
                          the two), is at least / below `clone_similarity`
-  factor_falls / factor_stays   that mean backward factor at the last probe lies below its
-                         value at init by more than / at most `min_factor_fall`
-  norms_account          at the probe where |dL/dh_1| / |dL/dh_L| is smallest, the product of
-                         the norm factors between h_1 and h_L is at least `min_explained` of
-                         the ratio's log10 (a norm on the residual path only: Post-LN's)
-  starves_first          the ratio falls below `max_gradient_ratio` before the train loss
-                         reaches its plateau (`plateau_step`), resolved by the probe steps
-  escapes_unlike_control `better` escapes and `worse` (the matched-magnitude control) collapses
-Version 3's, read at the protocol's `read_steps` (fixed steps, whatever the run's length and its
-probing): gradient_starves becomes
   stays_starved          |dL/dh_1| / |dL/dh_L| below `max_gradient_ratio` at every read step
   gradient_kept          ... at or above it at every read step
-  factor_falls / stays   the fall from init to the last read step
+  factor_falls / factor_stays   the mean backward factor over the norm sites after the first
+                         (the first reads the embedding) at the last read step lies below its
+                         value at init by more than / at most `min_factor_fall`
   norms_starve           the norms' log10 product, by its change from init alone, below
                          log10 `max_gradient_ratio` at every read step: the norms by themselves
                          starve the gradient (their share of the change, which no threshold
                          separates from the escaping arms', is a description beside it)
   stays_starved_first    the ratio falls below the threshold for good (never back above it at a
-                         later probe) before the loss reaches its plateau: a warmup dip that
-                         recovers is no starvation; not testable without a probe at every read
-                         step ("for good" reaches the last of them)
+                         later probe) before the train loss reaches its plateau (`plateau_step`),
+                         resolved by the probe steps: a warmup dip that recovers is no
+                         starvation; not testable without a probe at every read step ("for
+                         good" reaches the last of them)
+  escapes_unlike_control `better` escapes and `worse` (the matched-magnitude control) collapses
 A change "from init" is read at step 0, which a run without that probe does not have.
-With `mechanisms_separate`, a claim of a MECHANISMS metric holds only if no escaping trial of the
-grid (any arm, its plateau more than `collapse_margin` below the frequency loss) holds it too:
-a test the escaping runs pass does not tell collapse from escape. It is not testable until every
-arm of the grid is filed, every run's plateau is known, and every escaping run the test applies to
-is measured (the norms' tests apply to a norm on the residual path only).
+A claim of a MECHANISMS metric holds only if no escaping trial of the grid (any arm, its plateau
+more than `collapse_margin` below the frequency loss) holds it too: a test the escaping runs
+pass does not tell collapse from escape. It is not testable until every arm of the grid is
+filed, every run's plateau is known, and every escaping run the test applies to is measured (the
+norms' test applies to a norm on the residual path only).
 
 The accounting: in Post-LN the stream's cotangent passes, sublayer by sublayer, through the
 branch (I + J_F)^T and the norm's backward; with |dL/dz| / |dL/dy| measured at every norm site on
@@ -63,13 +52,13 @@ from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Eff
 SEED = "seed"
 # The norm on the residual path (post) or on the branch input (pre: norm, peri: norm_in).
 BACKWARD = ("norm_backward", "norm_in_backward")
-METRICS = ("collapses", "escapes", "similarity_rises", "similarity_centered_rises", "gradient_starves",
-           "gradient_kept", "backward_below_one", "clones", "no_clones", "factor_falls", "factor_stays",
-           "norms_account", "starves_first", "escapes_unlike_control", "stays_starved", "norms_starve",
-           "stays_starved_first")
+METRICS = ("collapses", "escapes", "clones", "no_clones", "stays_starved", "gradient_kept", "factor_falls",
+           "factor_stays", "norms_starve", "stays_starved_first", "escapes_unlike_control")
 # What a collapsing arm is claimed to show and an escaping one must not.
-MECHANISMS = ("clones", "gradient_starves", "stays_starved", "factor_falls", "norms_account", "norms_starve",
-              "starves_first", "stays_starved_first")
+MECHANISMS = ("clones", "stays_starved", "factor_falls", "norms_starve", "stays_starved_first")
+# The steps the sustained claims read (starved at each), whatever the run's length and probing:
+# every tier of experiments/collapse.py probes at each of them.
+READ_STEPS = (500, 1000, 1500, 2000)
 STARVED_FIRST, PLATEAU_FIRST, UNRESOLVED = "starved first", "plateau first", "cannot tell"
 
 
@@ -86,12 +75,6 @@ def plateau_gap(trial) -> float:
   freq = trial.summary.frequency_loss
   gap = outcomes.plateau_gap(trial.loss, freq) if freq is not None else None
   return math.nan if gap is None else gap
-
-
-def similarity_rise(trial, name="similarity") -> float:
-  """The top block's value minus block 1's at the first probe (init)."""
-  found = probe_series(trial, name)
-  return math.nan if found is None else float(found[1][0, -1] - found[1][0, 0])
 
 
 def bottom_over_top(grad_h_PL) -> np.ndarray:
@@ -127,13 +110,9 @@ def at_steps(found, steps) -> np.ndarray | None:
   return None if any(step not in index for step in steps) else np.asarray(found[1])[[index[s] for s in steps]]
 
 
-def factor_fall(trial, read_steps=None) -> float:
-  """The mean backward factor at init minus at the last probe, or (`read_steps`) at step 0 minus
-  at the last read step (positive: it fell)."""
-  found = backward_factors(trial)
-  if found is None or len(found[0]) < 2:
-    return math.nan
-  at = found[1][[0, -1]] if read_steps is None else at_steps(found, (0, read_steps[-1]))
+def factor_fall(trial) -> float:
+  """The mean backward factor at step 0 minus at the last read step (positive: it fell)."""
+  at = at_steps(backward_factors(trial), (0, READ_STEPS[-1]))
   return math.nan if at is None else float(at[0] - at[1])
 
 
@@ -155,10 +134,6 @@ class Accounting:
   @property
   def branches(self) -> np.ndarray:
     return self.measured - self.norms
-
-  def explained(self, i: int) -> float:
-    """The norms' fraction of the measured log10 at probe i (NaN where nothing is lost)."""
-    return float(self.norms[i] / self.measured[i]) if self.measured[i] < 0 else math.nan
 
 
 def accounting(trial) -> Accounting | None:
@@ -201,18 +176,17 @@ class Order:
     return PLATEAU_FIRST if self.last_unstarved is not None and self.plateau <= self.last_unstarved else UNRESOLVED
 
 
-def order_of_events(trial, protocol, for_good=False) -> Order | None:
-  """When the gradient starved (first below the threshold; `for_good`: below it from that probe
-  on, never back above) against when the loss reached its plateau. None without the probe, or,
-  `for_good` under a protocol's `read_steps`, without a probe at each of them: "for good" reaches
-  at least the last read step, not only the end of a short run."""
+def order_of_events(trial, protocol) -> Order | None:
+  """When the gradient starved for good (below the threshold from that probe on, never back
+  above) against when the loss reached its plateau. None without the probe, or without a probe
+  at each read step: "for good" reaches at least the last read step, not only the end of a
+  short run."""
   ratio = gradient_ratios(trial)
-  if ratio is None or for_good and protocol.read_steps is not None and at_steps(ratio, protocol.read_steps) is None:
+  if ratio is None or at_steps(ratio, READ_STEPS) is None:
     return None
   plateau = plateau_step(trial, protocol.threshold("collapse_margin"), int(protocol.threshold("plateau_window")))
   starved = ratio[1] < protocol.threshold("max_gradient_ratio")
-  if for_good:  # starved at a probe and at every later one
-    starved = np.flip(np.logical_and.accumulate(np.flip(starved)))
+  starved = np.flip(np.logical_and.accumulate(np.flip(starved)))  # starved at a probe and at every later one
   below = np.flatnonzero(starved)
   if not len(below):
     return Order(int(ratio[0][-1]), None, plateau)
@@ -220,11 +194,11 @@ def order_of_events(trial, protocol, for_good=False) -> Order | None:
   return Order(int(ratio[0][first - 1]) if first else None, int(ratio[0][first]), plateau)
 
 
-def norms_change(trial, read_steps) -> float:
-  """The largest change from init (step 0), over the read steps, of log10 of the norms' product
-  from h_1 up to h_L (NaN off the residual path, or without a probe at step 0)."""
+def norms_change(trial, steps=READ_STEPS) -> float:
+  """The largest change from init (step 0), over `steps`, of log10 of the norms' product from
+  h_1 up to h_L (NaN off the residual path, or without a probe at step 0 or at one of them)."""
   found = accounting(trial)
-  at = None if found is None else at_steps((found.steps, found.norms), (0, *read_steps))
+  at = None if found is None else at_steps((found.steps, found.norms), (0, *steps))
   return math.nan if at is None else float(np.max(at[1:] - at[0]))
 
 
@@ -265,42 +239,27 @@ class Measures:
 
   def measure(self, metric: str, trial) -> tuple[float, bool]:
     """(value, whether it holds the claim's test) of `metric` on one trial."""
-    threshold, read_steps = self.protocol.threshold, self.protocol.read_steps
+    threshold = self.protocol.threshold
     if metric in ("collapses", "escapes"):
       gap, margin = plateau_gap(trial), threshold("collapse_margin")
       return gap, abs(gap) <= margin if metric == "collapses" else gap < -margin
-    if metric in ("similarity_rises", "similarity_centered_rises"):
-      value = similarity_rise(trial, "similarity" if metric == "similarity_rises" else "similarity_centered")
-      return value, value > threshold("min_similarity_rise")
     if metric in ("clones", "no_clones"):
       value, limit = top_similarity_at_init(trial), threshold("clone_similarity")
       return value, value >= limit if metric == "clones" else value < limit
-    if metric in ("gradient_starves", "gradient_kept", "stays_starved"):
-      ratio = gradient_ratios(trial)
-      if read_steps is not None:
-        ratio = at_steps(ratio, read_steps)
-        ratio = None if ratio is None else (read_steps, ratio)
-      value = math.nan if ratio is None else float(
-          ratio[1].max() if metric == "stays_starved" else ratio[1].min())
+    if metric in ("gradient_kept", "stays_starved"):
+      ratio = at_steps(gradient_ratios(trial), READ_STEPS)
+      value = math.nan if ratio is None else float(ratio.max() if metric == "stays_starved" else ratio.min())
       return value, value >= threshold("max_gradient_ratio") if metric == "gradient_kept" else \
           value < threshold("max_gradient_ratio")
-    if metric == "backward_below_one":
-      found = backward_factors(trial)
-      value = math.nan if found is None or len(found[0]) < 2 else float(found[1][1:].max())
-      return value, value < 1
     if metric in ("factor_falls", "factor_stays"):
-      value = factor_fall(trial, read_steps)
+      value = factor_fall(trial)
       return value, value > threshold("min_factor_fall") if metric == "factor_falls" else \
           value <= threshold("min_factor_fall")
-    if metric == "norms_account":
-      found = accounting(trial)
-      value = math.nan if found is None else found.explained(int(np.argmin(found.measured)))
-      return value, value >= threshold("min_explained")
     if metric == "norms_starve":
-      value = norms_change(trial, read_steps)
+      value = norms_change(trial)
       return value, value < math.log10(threshold("max_gradient_ratio"))
-    if metric in ("starves_first", "stays_starved_first"):
-      order = order_of_events(trial, self.protocol, for_good=metric == "stays_starved_first")
+    if metric == "stays_starved_first":
+      order = order_of_events(trial, self.protocol)
       value = (math.nan if order is None else -math.inf if order.starved is None else math.nan
                if order.plateau is None else order.plateau - order.starved)  # -inf: never starved
       return value, order is not None and order.outcome == STARVED_FIRST
@@ -311,23 +270,17 @@ class Measures:
     found = [self.measure(metric, t) for t in self.by_arm.get(arm, [])]
     return [v for v, _ in found], [h for _, h in found], self.what(metric)
 
-  def what(self, metric: str) -> str:
-    read = "at the read steps" if self.protocol.read_steps else "over the probes"
+  @staticmethod
+  def what(metric: str) -> str:
     return {
         "collapses": "plateau − frequency loss, nats", "escapes": "plateau − frequency loss, nats",
-        "similarity_rises": "similarity at init, top block − block 1",
-        "similarity_centered_rises": "similarity_centered at init, top block − block 1",
         "clones": "top block's similarity at init, the smaller of raw and centered",
         "no_clones": "top block's similarity at init, the smaller of raw and centered",
-        "gradient_starves": f"smallest |dL/dh_1| / |dL/dh_L| {read}",
-        "gradient_kept": f"smallest |dL/dh_1| / |dL/dh_L| {read}",
-        "stays_starved": f"largest |dL/dh_1| / |dL/dh_L| {read}",
-        "backward_below_one": "largest mean backward factor after init",
-        "factor_falls": "mean backward factor, init − " + ("last read step" if self.protocol.read_steps else "last probe"),
-        "factor_stays": "mean backward factor, init − " + ("last read step" if self.protocol.read_steps else "last probe"),
-        "norms_account": "the norms' share of log10 |dL/dh_1| / |dL/dh_L| where it is smallest",
+        "gradient_kept": "smallest |dL/dh_1| / |dL/dh_L| at the read steps",
+        "stays_starved": "largest |dL/dh_1| / |dL/dh_L| at the read steps",
+        "factor_falls": "mean backward factor, init − last read step",
+        "factor_stays": "mean backward factor, init − last read step",
         "norms_starve": "largest change from init of the norms' log10 product, over the read steps",
-        "starves_first": "plateau step − first starved probe step",
         "stays_starved_first": "plateau step − the probe step from which it stays starved",
     }[metric]
 
@@ -340,7 +293,7 @@ class Measures:
     missing = [m for arm in claim.arms if (m := self.missing_seeds(arm))]
     if missing:
       return Verdict(claim, NOT_TESTABLE, (), None, "every seed filed: missing " + "; ".join(missing))
-    if claim.metric in ("starves_first", "stays_starved_first"):
+    if claim.metric == "stays_starved_first":
       found = self._order_verdict(claim)
     elif claim.metric == "escapes_unlike_control":
       return self._control_verdict(claim)
@@ -352,7 +305,7 @@ class Measures:
       found = Verdict(claim, verdict, (_spread(_shown(claim.metric, values), _shown_what(claim.metric, what)),), None,
                       "one seed the other way" if verdict == REPRODUCED else
                       f"{sum(held)} of {len(held)} seeds hold it: every seed")
-    if protocol.mechanisms_separate and claim.metric in MECHANISMS:
+    if claim.metric in MECHANISMS:
       return self._separated(found)
     return found
 
@@ -366,7 +319,7 @@ class Measures:
       return dataclasses.replace(found, verdict=NOT_TESTABLE, would_change=(
           f"a collapse to explain: {claim.arm} collapses in {sum(collapsed)} of {len(collapsed)} seeds"))
     applies = [(arm, t) for arm, t in self.escaping()
-               if claim.metric not in ("norms_account", "norms_starve") or residual_norms(t)]
+               if claim.metric != "norms_starve" or residual_norms(t)]
     measured = [(arm, t, *self.measure(claim.metric, t)) for arm, t in applies]
     tested = [(arm, t, value, held) for arm, t, value, held in measured if not math.isnan(value)]
     unfiled = [m for arm in self.grid_arms if (m := self.missing_seeds(arm))]
@@ -395,16 +348,14 @@ class Measures:
                                f"{len(tested)} escaping runs hold it too ({', '.join(passing)})")
 
   def orders(self, arm: str) -> list[Order | None]:
-    for_good = any(c.metric == "stays_starved_first" for c in self.protocol.claims)
-    return [order_of_events(t, self.protocol, for_good) for t in self.by_arm.get(arm, [])]
+    return [order_of_events(t, self.protocol) for t in self.by_arm.get(arm, [])]
 
   def _order_verdict(self, claim):
-    for_good = claim.metric == "stays_starved_first"
-    orders = [order_of_events(t, self.protocol, for_good) for t in self.by_arm.get(claim.arm, [])]
+    orders = self.orders(claim.arm)
     if None in orders:
       return Verdict(claim, NOT_TESTABLE, (), None, "every seed of the arm probed")
     outcomes_ = [o.outcome for o in orders]
-    never = sum(for_good and o.starved is None and o.plateau is not None for o in orders)  # the data refute it
+    never = sum(o.starved is None and o.plateau is not None for o in orders)  # the data refute it
     if PLATEAU_FIRST in outcomes_:
       verdict, change = NOT_REPRODUCED, f"{outcomes_.count(PLATEAU_FIRST)} of {len(orders)} seeds reach the plateau first"
     elif never:
@@ -435,7 +386,7 @@ class Measures:
     return Verdict(claim, NOT_REPRODUCED, effects, None, why)
 
 
-RATIOS = ("gradient_starves", "gradient_kept", "stays_starved")  # over orders of magnitude: shown as log10
+RATIOS = ("gradient_kept", "stays_starved")  # over orders of magnitude: shown as log10
 
 
 def _shown(metric: str, values) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""Growth protocol 3's per-seed statistics over depth, judged three-way (nplace/studies/three_way.py
-calls `decide` on the `Curves` a claim reads, and on the curves its nulls and alternative draw).
+"""Growth protocol 3's per-seed statistics over depth. Its claims are judged three-way
+(nplace/studies/three_way.py calls `decide` on the `Curves` a claim reads, and on the curves its
+nulls and alternative draw).
 
 - `exponential_rate` (Pre-LN's growth above init y(D), the value at the horizon minus at init):
   per seed, the least-squares fit of y = a + b (e^{rD} - 1) / r, which is a + b D at r = 0 and
@@ -7,14 +8,12 @@ calls `decide` on the `Curves` a claim reads, and on the curves its nulls and al
   curve, whatever its intercept, is fitted best at r = 0: "exponential" is a model comparison
   a straight line cannot win. Reproduced when the Welch interval of r̂ over the seeds lies above
   the protocol's `min_rate`, contradicted when it lies below, inconclusive otherwise.
-- `level_power_at_most` (`level_variance_power_at_most`): per seed, the exponent p of the top
-  layer's level (mean |h|; entry-wise variance) at the horizon, a D^p by least squares in
-  log-log; reproduced when the interval's top is at most the claim's `at_most`, contradicted
-  when its low end is above it, inconclusive otherwise.
+- `level_powers`, a description: per seed, the exponent p of the top layer's level (mean |h|;
+  entry-wise variance) at the horizon, a D^p by least squares in log-log.
 
 Nulls and alternative: curves of the shape a claim denies, or states at `power_at`, with the
-noise the seeds show around their own fits (a rate's curves: relative deviations from each
-seed's best fit; an exponent's: deviations in log level), drawn normal at the pooled spread.
+noise the seeds show around their own fits (relative deviations from each seed's best fit),
+drawn normal at the pooled spread.
 """
 import dataclasses
 import math
@@ -22,12 +21,10 @@ import math
 import numpy as np
 
 from nplace.studies import intervals
-from nplace.studies.verdict import (CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, ROUNDING, Effect, Verdict,
-                                   reading)
+from nplace.studies.verdict import NOT_TESTABLE, ROUNDING, Effect, Verdict, reading
 
-RATE, LEVEL, LEVEL_VARIANCE = "exponential_rate", "level_power_at_most", "level_variance_power_at_most"
-METRICS = (RATE, LEVEL, LEVEL_VARIANCE)
-QUANTITY = {RATE: "mean_abs", LEVEL: "mean_abs", LEVEL_VARIANCE: "var_entry"}
+RATE = "exponential_rate"
+METRICS = (RATE,)
 RATE_GRID = np.round(np.linspace(-0.1, 0.3, 801), 6)  # per layer, in steps of 0.0005; holds 0 exactly
 
 
@@ -79,36 +76,29 @@ def level_powers(depths, level_SN) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Curves:
-  """One arm's per-seed values over the depths: growth above init for RATE, the level else."""
+  """One arm's per-seed growth above init over the depths."""
   depths: tuple
   values_SN: np.ndarray  # seed x depth
-  margin: float = math.nan  # a rate claim's `min_rate`: the null at the margin
+  margin: float = math.nan  # the claim's `min_rate`: the null at the margin
 
-  def statistic(self, metric) -> np.ndarray:
-    return fitted_rates(self.depths, self.values_SN) if metric == RATE else level_powers(self.depths, self.values_SN)
+  def rates(self) -> np.ndarray:
+    return fitted_rates(self.depths, self.values_SN)
 
-  def noise(self, metric) -> float:
-    """The pooled spread of the seeds around their own fits: in units of the seeds' mean growth's
-    range over the depths (RATE, 3 parameters a seed; a ratio to the fit would blow up where the
-    growth crosses zero), or in log level (2 parameters)."""
+  def noise(self) -> float:
+    """The pooled spread of the seeds around their own fits (3 parameters a seed), in units of
+    the seeds' mean growth's range over the depths: a ratio to the fit would blow up where the
+    growth crosses zero."""
     seeds, depths = self.values_SN.shape
-    if metric == RATE:
-      fits = best_fits(self.depths, self.values_SN, fitted_rates(self.depths, self.values_SN))
-      spread = np.ptp(self.values_SN.mean(0))
-      return float(np.sqrt(np.sum((self.values_SN - fits) ** 2) / (seeds * (depths - 3))) / spread)
-    x, logs = np.log(np.asarray(self.depths, float)), np.log(self.values_SN)
-    residual = logs - np.array([np.polyval(np.polyfit(x, row, 1), x) for row in logs])
-    return float(np.sqrt(np.sum(residual ** 2) / (seeds * (depths - 2))))
+    fits = best_fits(self.depths, self.values_SN, self.rates())
+    spread = np.ptp(self.values_SN.mean(0))
+    return float(np.sqrt(np.sum((self.values_SN - fits) ** 2) / (seeds * (depths - 3))) / spread)
 
   def nulls(self, claim) -> list:
-    """A rate: affine curves (the seeds' mean affine fit) and curves at the `min_rate` margin;
-    an exponent: curves exactly at the claim's bound."""
-    if claim.metric == RATE:
-      return [lambda claim, rng: self._bent(0.0, rng), lambda claim, rng: self._bent(self.margin, rng)]
-    return [lambda claim, rng: self._power(claim.at_most, rng)]
+    """Affine curves (the seeds' mean affine fit) and curves at the `min_rate` margin."""
+    return [lambda claim, rng: self._bent(0.0, rng), lambda claim, rng: self._bent(self.margin, rng)]
 
   def alternative(self, claim, rng) -> "Curves":
-    return self._bent(claim.power_at, rng) if claim.metric == RATE else self._power(claim.power_at, rng)
+    return self._bent(claim.power_at, rng)
 
   def _bent(self, rate: float, rng) -> "Curves":
     """Curves a + b (e^{rD} - 1) / r through the seeds' mean affine fit at the shallowest and the
@@ -118,36 +108,21 @@ class Curves:
     ends = intercept + slope * d[[0, -1]]
     shape = exponential_basis(d, [rate])[0]
     curve = ends[0] + (ends[1] - ends[0]) * (shape - shape[0]) / (shape[-1] - shape[0])
-    noise = rng.normal(0, self.noise(RATE) * abs(ends[1] - ends[0]), self.values_SN.shape)
+    noise = rng.normal(0, self.noise() * abs(ends[1] - ends[0]), self.values_SN.shape)
     return dataclasses.replace(self, values_SN=curve + noise)
-
-  def _power(self, exponent: float, rng) -> "Curves":
-    """Curves A D^exponent (A the seeds' geometric mean level at the geometric mean depth) times
-    e^{N(0, the data's log noise)} per seed and depth."""
-    x, logs = np.log(np.asarray(self.depths, float)), np.log(self.values_SN)
-    centre = logs.mean() + exponent * (x - x.mean())
-    return dataclasses.replace(self, values_SN=np.exp(centre + rng.normal(0, self.noise(LEVEL), logs.shape)))
 
 
 def decide(claim, protocol, data: Curves) -> Verdict:
-  """The claim's three-way verdict from the Welch interval of its per-seed statistic."""
+  """The claim's three-way verdict from the Welch interval of its per-seed rate r̂."""
   if not np.all(np.isfinite(data.values_SN)):
     return Verdict(claim, NOT_TESTABLE, (), None, "a finite value at every depth and seed")
-  values = data.statistic(claim.metric)
-  if not np.all(np.isfinite(values)):
-    return Verdict(claim, NOT_TESTABLE, (), None, "a level > 0 at every depth (an exponent of D^p)")
+  values = data.rates()
   mean, low, high = intervals.mean_interval(values, protocol, np.random.default_rng(protocol.bootstrap_seed))
-  if claim.metric == RATE:
-    bound = protocol.threshold("min_rate")
-    effect = Effect("as configured", mean, low, high, len(values), "rate r̂ of a + b(e^{rD} − 1)/r, per layer")
-    # an r̂ at the grid's edge is censored: the true rate may lie beyond it
-    held = (low > bound + ROUNDING and not np.any(values <= RATE_GRID[0])
-            and shallow_rate(data.depths, data.values_SN) > bound)
-    against = high < bound - ROUNDING and not np.any(values >= RATE_GRID[-1])
-    verdict = reading(held, against)
-  else:
-    bound = claim.at_most
-    effect = Effect("as configured", mean, low, high, len(values), "exponent p of the level's D^p")
-    verdict = REPRODUCED if high <= bound + ROUNDING else CONTRADICTED if low > bound else INCONCLUSIVE
-  return Verdict(claim, verdict, (effect,), None, f"{protocol.interval:.0%} Welch t-interval over "
-                                                  f"{len(values)} seeds against {bound:g}")
+  bound = protocol.threshold("min_rate")
+  effect = Effect("as configured", mean, low, high, len(values), "rate r̂ of a + b(e^{rD} − 1)/r, per layer")
+  # an r̂ at the grid's edge is censored: the true rate may lie beyond it
+  held = (low > bound + ROUNDING and not np.any(values <= RATE_GRID[0])
+          and shallow_rate(data.depths, data.values_SN) > bound)
+  against = high < bound - ROUNDING and not np.any(values >= RATE_GRID[-1])
+  return Verdict(claim, reading(held, against), (effect,), None, f"{protocol.interval:.0%} Welch t-interval over "
+                                                                  f"{len(values)} seeds against {bound:g}")

@@ -2,8 +2,8 @@
 measuring class that the protocol's declared `kind` names (nplace/protocol.py). The results
 page and `nplace lab --rank` both measure through it, so they agree on every trial, the grid's
 unfiled ones included."""
-from nplace.protocol import (COLLAPSE, COLLAPSE_MECHANISMS, COMPARISON, FIXED_RATES, GROWTH_PER_SEED, GROWTH_POOLED,
-                             LAB, LR_SWEEP, SCALE_LADDER, STABILITY_SWEEP)
+from nplace.protocol import (COLLAPSE_MECHANISMS, COMPARISON, FIXED_RATES, GROWTH_PER_SEED, LAB, LR_SWEEP,
+                             SCALE_LADDER, STABILITY_SWEEP)
 from nplace.studies import collapse, depth_growth, ladder, lr_sensitivity, ranking, results
 
 
@@ -27,11 +27,9 @@ def measures_for(protocol, study, module, arg: str, horizon: float = 1.0, ranked
     return lr_sensitivity.Measures(protocol, arms, study.trials, horizon, module.get_sweep(arg))
   if protocol.kind == GROWTH_PER_SEED:
     return depth_growth.SeedMeasures(protocol, arms, study.trials, horizon, module.get_sweep(arg))
-  if protocol.kind == GROWTH_POOLED:
-    return depth_growth.Measures(protocol, arms, study.trials)
   if protocol.kind == SCALE_LADDER:
     expected = module.get_sweep(arg)
     return ladder.Ladder(protocol, arms, study.trials, expected, ladder.log_params(module.get_config(arg), expected, arms))
-  if protocol.kind in (COLLAPSE, COLLAPSE_MECHANISMS):
+  if protocol.kind == COLLAPSE_MECHANISMS:
     return collapse.Measures(protocol, arms, study.trials)
   raise ValueError(f"{protocol.name} protocol v{protocol.version}: kind {protocol.kind!r} has no measures")

@@ -22,8 +22,8 @@ claim's false-positive rate and power from the code that gives its verdict (`ope
 - divergences with `divergence_test` STRATIFIED, and fails_more: the exact stratified test over
   model shapes and rates (one stratum: Fisher's exact test), each way, at `failure_p`;
   fails_more claims Holm-adjusted over the protocol's fails_more claims.
-- exponential_rate, level_power_at_most, level_variance_power_at_most: one arm's per-seed fits
-  over depth (growth protocol 3), nplace/studies/growth_curves.py.
+- exponential_rate: one arm's per-seed fits over depth (growth protocol 3),
+  nplace/studies/growth_curves.py.
 - a scale ladder's edges at every width and trends against size: nplace/studies/ladder.py.
 - failure_rate: one arm's failed runs at the claim's `lr`, its Clopper-Pearson interval against
   the seed's rate r: contradicted when the interval excludes r (the arm fails less often, or

@@ -1,13 +1,12 @@
 """Hidden-state growth over depth (study A's O(D) vs O(e^D)). A sweep's report (`section`): per-
 layer mean |h|, entry-wise and data-wise variance at the first and the last probed step, with a
 linear and an exponential fit per run. Its results-page tables and figures under a protocol
-(depth_growth.Measures and SeedMeasures): the top layer over depth, the fits, the bound."""
-import math
-
+(depth_growth.SeedMeasures): the growth above init over depth and its fits per seed, the level's
+exponents beside Peri-LN's bound, the largest activation."""
 import numpy as np
 
 from nplace.logs import plots
-from nplace.studies import depth_growth, fits, growth_curves, markdown, runs as runs_lib
+from nplace.studies import depth_growth, fits, markdown, runs as runs_lib
 from nplace.studies.report import study_a, tables
 
 QUANTITIES = {"mean_abs": "mean |h|", "var_entry": "entry-wise variance", "var_data": "data-wise variance"}
@@ -55,88 +54,25 @@ def section(page, source, key: str) -> str:
                       markdown.commands(source.runs)])
 
 
-def growth_table(measures) -> str:
-  """Per arm and weight decay: the top layer's moments at each depth (init -> end), and the
-  fits over depth of the values at the end."""
-  rows = []
-  for shape in measures.shapes:
-    for arm in measures.arms:
-      for quantity, title in depth_growth.QUANTITIES.items():
-        depths, end = measures.top(arm, shape, quantity)
-        _, init = measures.top(arm, shape, quantity, when=0)
-        if not len(depths):
-          continue
-        p = depth_growth.power_fit(depths, end, measures.protocol.interval)
-        rows.append([shape, arm, title,
-                     ", ".join(f"{d}: {markdown.number(a, 3)} → {markdown.number(b, 3)}"
-                               for d, a, b in zip(depths, init, end)),
-                     "-" if math.isnan(p[0]) else markdown.ci(*p),
-                     markdown.number(fits.linear(depths, end), 3), markdown.number(fits.exponential(depths, end), 3)])
-  return markdown.table(["shape", "arm", "top layer", "depth: init → end", "exponent p of D^p [interval]",
-                         "R² linear in D", "R² exponential in D"], rows)
-
-
-def growth_losses_table(measures) -> str:
-  """Per arm and weight decay: each depth's final train and validation loss (a trained model
-  sits ~0.1 nats apart on the two; a wider gap is a measurement to check)."""
-  rows = []
-  for shape in measures.shapes:
-    for arm in measures.arms:
-      by_depth = sorted(measures.points.get((arm, shape), {}).items())
-      rows.append([shape, arm, ", ".join(f"{d}: {markdown.number(t.summary.train_loss, 3)} / "
-                                         f"{markdown.number(t.summary.val_loss, 3)}" for d, t in by_depth)])
-  return markdown.table(["shape", "arm", "depth: final train / val loss"], rows)
-
-
-def growth_figures(page, key: str, measures) -> str:
-  parts = []
-  for shape in measures.shapes:
-    series = {arm: measures.top(arm, shape) for arm in measures.arms if len(measures.top(arm, shape)[0])}
-    fig = plots.curves(series, f"depth D ({shape})", "top layer's mean |h| at the end", shape, log_y=True,
-                       legend_above=True)
-    parts.append(page.figure(fig, f"{key}_{shape}", f"top layer's mean |h| vs depth, {shape}"))
-  return "\n\n".join(parts)
-
-
-# A per-seed growth grid's fits shown per seed, by the metrics its protocol's claims judge: the
-# exponent of the mean |h| and of the variance, the exponential test; the two columns' titles.
-SEED_FITS = {
-    "slope_rises": ("power_at_most", "variance_power_at_most", "slope_rises",
-                    ("exponent p per seed", "slope rise per seed")),
-    growth_curves.RATE: (growth_curves.LEVEL, growth_curves.LEVEL_VARIANCE, growth_curves.RATE,
-                         ("exponent p of the level per seed", "rate r̂ of a + b(e^{rD} − 1)/r per seed")),
-}
+POWER_LINE = "Each claim's false-positive rate and power: the verdict table's last column."
 
 
 def growth_seed_table(measures) -> str:
   """Per arm and quantity, the growth above init at each depth (mean ± sd over seeds) and each
-  seed's fits over depth, those the protocol's claims judge (`SEED_FITS`)."""
-  exponential = next(c.metric for c in measures.protocol.claims if c.metric in SEED_FITS)
-  mean_power, variance_power, test, titles = SEED_FITS[exponential]
+  seed's fits over depth: the exponent of the level, and the rate the claims judge."""
   rows = []
   for arm in measures.arms:
-    for quantity, metric in (("mean_abs", mean_power), ("var_entry", variance_power)):
+    for quantity in ("mean_abs", "var_entry"):
       by_depth = []
       for depth in measures.depths:
         grown = [measures.top(arm, depth, s, quantity) - measures.top(arm, depth, s, quantity, when=0)
                  for s in measures.seeds if measures.top(arm, depth, s, quantity) is not None]
         by_depth.append(f"{depth}: {markdown.mean_std(grown, 3)}")
       rows.append([arm, depth_growth.QUANTITIES[quantity], ", ".join(by_depth),
-                   tables.seed_values(measures.per_seed(metric, arm), 2),
-                   tables.seed_values(measures.per_seed(test, arm), 3) if quantity == "mean_abs" else "-"])
-  return markdown.table(["arm", "top layer", "depth: growth above init, mean ± sd over seeds", *titles], rows)
-
-
-def growth_power_line(protocol, measures) -> str:
-  """The design's power, from the declaration alone (depth_growth.detectable_rate); a
-  three-way protocol states each claim's in its verdict table instead."""
-  if not any(c.metric == "slope_rises" for c in protocol.claims):
-    return "Each claim's false-positive rate and power: the verdict table's last column."
-  rate = depth_growth.detectable_rate(measures.declared_depths, protocol.seeds, protocol.threshold("min_slope_rise"),
-                                      protocol.threshold("assumed_log_noise"), protocol.interval)
-  return (f"The design's power: with {protocol.seeds} seeds at depths {', '.join(map(str, measures.declared_depths))} and "
-          f"per-seed noise {protocol.threshold('assumed_log_noise'):g} in log growth, growth e^(rD) is called "
-          f"exponential with probability 0.8 from r = {rate:.3g} per layer.")
+                   tables.seed_values(measures.exponents(arm, quantity), 2),
+                   tables.seed_values(measures.rates(arm), 3) if quantity == "mean_abs" else "-"])
+  return markdown.table(["arm", "top layer", "depth: growth above init, mean ± sd over seeds",
+                         "exponent p of the level per seed", "rate r̂ of a + b(e^{rD} − 1)/r per seed"], rows)
 
 
 def growth_bound_table(measures, arms: dict) -> str:
@@ -157,6 +93,39 @@ def growth_bound_table(measures, arms: dict) -> str:
                                               for r in ratios))
     rows.append([arm, ", ".join(cells)])
   return markdown.table(["arm", "depth: rms(h_L) / (1 + 2 dt D), init → end"], rows)
+
+
+def level_exponent_part(protocol, measures, arms: dict) -> list[str]:
+  """Every arm's exponent of its top layer's level over depth, with its interval over the seeds, as
+  a description beside Peri-LN's bound: the output norms bound Peri-LN's level by construction, so
+  its exponents under 1 (mean |h|) and 2 (variance) tell it from Pre-LN only where Pre-LN's are
+  not under them too."""
+  bounded = [arm for arm in measures.arms if arms[arm].get("model.placement") == "peri"]
+  others = [arm for arm in measures.arms if arm not in bounded]
+  bound = depth_growth.BOUND_EXPONENT
+  found = {arm: {q: measures.exponent(arm, q) for q in bound} for arm in measures.arms}
+  text = (f"A description, not a claim of the seed's. {_listed(bounded)} bound their level by construction: each of "
+          "the 2D sublayers adds dt times a norm's output, whose rms the norm's learned scale and bias bound (1 at "
+          "init), so rms(h_L) ≤ rms(h_0) + 2 dt D times that bound, and the top layer's mean |h| (at most its rms) can "
+          "grow at most linearly in D, its entry-wise variance (at most its mean square) at most quadratically. "
+          f"Below, the exponent p of each level's D^p at the end, fitted per seed over the depths: mean "
+          f"[{protocol.interval:.0%} interval over the {protocol.seeds} seeds].")
+  exceed = [f"{arm}'s {depth_growth.QUANTITIES[q]}" for arm in others for q in bound if not found[arm][q][2] <= bound[q]]
+  if others and exceed:
+    text += f" Beside them, the interval of {_listed(exceed)} reaches above its bound."
+  elif others:
+    judged = ", ".join(f"`{claim.id}`" for claim in protocol.claims)
+    text += (f" The exponents of {_listed(others)} lie under the same bounds (every interval's top at most "
+             f"{bound['mean_abs']:g} for the mean |h|, {bound['var_entry']:g} for the variance): they do not separate "
+             f"the placements as the seed's claim (Peri-LN O(D), Pre-LN O(e^D)) does, which is judged on Pre-LN's "
+             f"growth above init ({judged}).")
+  header = ["arm", *(f"exponent p of the {depth_growth.QUANTITIES[q]}".replace("|", "\\|") for q in bound)]
+  return [text, markdown.table(header, [[arm, *(markdown.ci(*found[arm][q]) for q in bound)] for arm in measures.arms])]
+
+
+def _listed(items) -> str:
+  """`a`, `a and b`, `a, b and c`."""
+  return ", ".join(items[:-1]) + (" and " if len(items) > 1 else "") + items[-1]
 
 
 def massive_table(measures) -> str:

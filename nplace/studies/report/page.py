@@ -46,16 +46,14 @@ class Section:
 
 
 def _growth_per_seed(s: Section, measures, by_horizon) -> list[str]:
-  return ["### Growth above init over depth", growth.growth_power_line(s.protocol, measures),
+  arms = results.arms(s.module, s.protocol)
+  return ["### Growth above init over depth", growth.POWER_LINE,
           growth.growth_seed_table(measures), growth.growth_seed_figure(s.page, s.key, measures),
           "### Every verdict at each horizon (the probes at that step)", tables.horizon_table(s.protocol, by_horizon),
-          "### Peri-LN against its bound", growth.growth_bound_table(measures, results.arms(s.module, s.protocol)),
+          "### Peri-LN against its bound", growth.growth_bound_table(measures, arms),
+          "### The level's exponent over depth, every arm beside Peri-LN", *growth.level_exponent_part(
+              s.protocol, measures, arms),
           "### The largest activation", growth.massive_table(measures)]
-
-
-def _growth_pooled(s: Section, measures, by_horizon) -> list[str]:
-  return ["### Top-layer moments over depth", growth.growth_table(measures),
-          growth.growth_figures(s.page, s.key, measures), "### Final losses", growth.growth_losses_table(measures)]
 
 
 def _collapse_mechanisms(s: Section, measures, by_horizon) -> list[str]:
@@ -64,16 +62,12 @@ def _collapse_mechanisms(s: Section, measures, by_horizon) -> list[str]:
           "log10 |dL/dh_1| / |dL/dh_L| = the norms' log10 product (their backward factors from h_1 up "
           "to h_L) + the branches' (I + J_F, the rest: the factors telescope exactly), mean over seeds; "
           "in brackets the norms' share.", study_b.accounting_table(measures),
-          *(["### The norms' share of the change from init (a description, not a claim)",
-             "Measured against the change from init, the norms carry about half of Post-LN's lost gradient; the "
-             "escaping Post-LN arms' norms carry as large a share of a smaller change (or of a gain), so no "
-             "threshold on the share separates collapse from escape. The claim is asked of the norms' change "
-             "alone instead (`norms_starve`).", study_b.share_table(measures)] if s.protocol.read_steps else []),
+          "### The norms' share of the change from init (a description, not a claim)",
+          "Measured against the change from init, the norms carry about half of Post-LN's lost gradient; the "
+          "escaping Post-LN arms' norms carry as large a share of a smaller change (or of a gain), so no "
+          "threshold on the share separates collapse from escape. The claim is asked of the norms' change "
+          "alone instead (`norms_starve`).", study_b.share_table(measures),
           "### Order of events", study_b.order_table(measures)]
-
-
-def _collapse(s: Section, measures, by_horizon) -> list[str]:
-  return ["### Per arm", study_b.collapse_table(measures), study_b.collapse_figures(s.page, s.key, measures)]
 
 
 def _fixed_rates(s: Section, measures, by_horizon) -> list[str]:
@@ -115,8 +109,7 @@ def _comparison(s: Section, measures, by_horizon) -> list[str]:
 
 
 BODIES = {  # kind -> what a section shows after its verdicts
-    protocol_lib.GROWTH_PER_SEED: _growth_per_seed, protocol_lib.GROWTH_POOLED: _growth_pooled,
-    protocol_lib.COLLAPSE_MECHANISMS: _collapse_mechanisms, protocol_lib.COLLAPSE: _collapse,
+    protocol_lib.GROWTH_PER_SEED: _growth_per_seed, protocol_lib.COLLAPSE_MECHANISMS: _collapse_mechanisms,
     protocol_lib.STABILITY_SWEEP: _stability_sweep, protocol_lib.LR_SWEEP: _lr_sweep,
     protocol_lib.COMPARISON: _comparison, protocol_lib.FIXED_RATES: _fixed_rates,
     protocol_lib.SCALE_LADDER: lambda s, measures, by_horizon: ladder.body(s, measures),
@@ -124,6 +117,8 @@ BODIES = {  # kind -> what a section shows after its verdicts
 
 
 def _intervals_line(protocol) -> str:
+  if protocol.kind == protocol_lib.COLLAPSE_MECHANISMS:
+    return study_b.no_operating_line(protocol)
   if protocol.kind not in SWEPT_OR_COMPARED:
     return ""
   if protocol.verdicts == protocol_lib.THREE_WAY:
@@ -158,16 +153,23 @@ def _trials_line(trials) -> str:
   return f"{len(trials)} trials of {full:,} steps ({len(early)} stopped early{why}, at {at})."
 
 
+def declared_version(module, arg) -> int:
+  """The version a variant's grid was declared and run under: its grid file's `declared(arg)`
+  where a later protocol alone judges the trials (the first one's section archived), else the
+  version of the protocol it judges them by first."""
+  return getattr(module, "declared", lambda arg: module.protocol(arg).version)(arg)
+
+
 def _head(s: Section) -> list[str]:
   """The section's title, what re-judging means where it does, the protocol's summary and data."""
-  own, protocol, study = s.module.protocol(s.arg), s.protocol, s.study
-  rejudged = protocol != own
+  own, protocol, study = declared_version(s.module, s.arg), s.protocol, s.study
+  rejudged = protocol.version != own
   return [
       f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`"
-      + (f" (protocol {own.version}'s trials, re-judged)" if rejudged else ""),
+      + (f" (protocol {own}'s trials, re-judged)" if rejudged else ""),
       tables.scale_line(s.module, s.arg, study, s.scale),
-      *([f"Version {protocol.version}'s rules on the trials version {own.version} ran (a new verdict beside "
-         f"version {own.version}'s, which stands): a claim whose arm or probes those trials lack is not testable."]
+      *([f"Version {protocol.version}'s rules on the trials version {own} ran (a new verdict beside "
+         f"version {own}'s, which stands): a claim whose arm or probes those trials lack is not testable."]
         if rejudged else []),
       f"{protocol.summary} {_trials_line(study.trials)}{_intervals_line(protocol)} "
       f"Data: [{study.path.name}/]({study.path.name}/)"

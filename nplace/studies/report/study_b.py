@@ -6,7 +6,6 @@ import numpy as np
 
 from nplace.logs import plots
 from nplace.probes import figures
-from nplace.protocol import COLLAPSE_MECHANISMS
 from nplace.studies import collapse, markdown, outcomes, runs as runs_lib
 from nplace.studies.collapse import BACKWARD, bottom_over_top
 from nplace.studies.report import generic, study_a, tables
@@ -112,21 +111,15 @@ def section(page, source, key: str) -> str:
   return "\n\n".join(p for p in [*parts, study_a.unfinished(source.runs), markdown.commands(source.runs)] if p)
 
 
-def collapse_table(measures) -> str:
-  """Per arm: each seed's plateau against the frequency loss, and the probes' mechanisms."""
-  rows = []
-  for arm in measures.arms:
-    found = [measures.per_seed(metric, arm) for metric in
-             ("collapses", "similarity_rises", "similarity_centered_rises", "gradient_starves",
-              "backward_below_one")]
-    cells = [tables.seed_values(values) for values, _, _ in found]
-    collapsed = sum(found[0][1])
-    fractions = [outcomes.learned_fraction(t.summary) for t in measures.by_arm[arm]]
-    rows.append([arm, f"{collapsed} of {len(measures.by_arm[arm])}", cells[0],
-                 markdown.mean_std([f for f in fractions if f is not None], 2), *cells[1:]])
-  return markdown.table(["arm", "collapsed", "plateau − frequency loss (per seed)", "learned fraction",
-                         "similarity rise at init", "centered similarity rise at init",
-                         "smallest gradient ratio", "largest backward factor after init"], rows)
+def no_operating_line(protocol) -> str:
+  """Why study B's verdict tables have no false-positive rate or power column, as study A's and
+  growth's three-way ones do (nplace/studies/three_way.py): its rule draws no interval or test
+  statistic from the seeds, so there is no sampling distribution to simulate."""
+  return (f" No claim here prints a false-positive rate or power: a claim holds only if it holds in every one of "
+          f"the {protocol.seeds} seeds of its arm, and a mechanism claim only if, besides, every escaping run of the "
+          "grid fails its test. No interval or test statistic is drawn from the seeds, so there is none to simulate: "
+          "the seeds' values against the thresholds fix each verdict, its row names what would change it, and the "
+          "verdicts with each threshold halved and doubled show how near each threshold sits.")
 
 
 def clone_table(measures) -> str:
@@ -168,7 +161,7 @@ def accounting_table(measures) -> str:
 def share_table(measures) -> str:
   """Per Post-LN arm and seed, at the last read step: the change from init of log10 |dL/dh_1| /
   |dL/dh_L| and of the norms' log10 product, and the norms' share of it."""
-  step = measures.protocol.read_steps[-1]
+  step = collapse.READ_STEPS[-1]
   rows = []
   for arm in measures.arms:
     for t in measures.by_arm[arm]:
@@ -225,7 +218,7 @@ def collapse_figures(page, key: str, measures) -> str:
                                           log_y=True, legend_above=True),
                              f"{key}_gradient_ratio", "bottom/top residual-gradient ratio over training, "
                                                       "geometric mean over seeds"))
-  if factor and measures.protocol.kind == COLLAPSE_MECHANISMS:
+  if factor:
     parts.append(page.figure(plots.curves(factor, "step", "mean |dL/dz| / |dL/dy| over the norm sites",
                                           "norm backward factor", legend_above=True, hlines={"1": 1.0}),
                              f"{key}_backward_factor", "the norm's backward factor over training, mean over the "
