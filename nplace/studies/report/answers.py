@@ -25,7 +25,7 @@ TAKEAWAY = (
 def order_key(section) -> tuple:
   """Study, then the newest protocol first, then a grid's own trials before re-judged ones."""
   protocol = section.protocol
-  rejudged = section.module.protocol(section.arg) != protocol
+  rejudged = tables.declared_version(section.module, section.arg) != protocol.version
   return (STUDY_ORDER.index(protocol.name) if protocol.name in STUDY_ORDER else len(STUDY_ORDER),
           -protocol.version, rejudged, -len(section.study.trials), section.study.path.name)
 

@@ -153,16 +153,9 @@ def _trials_line(trials) -> str:
   return f"{len(trials)} trials of {full:,} steps ({len(early)} stopped early{why}, at {at})."
 
 
-def declared_version(module, arg) -> int:
-  """The version a variant's grid was declared and run under: its grid file's `declared(arg)`
-  where a later protocol alone judges the trials (the first one's section archived), else the
-  version of the protocol it judges them by first."""
-  return getattr(module, "declared", lambda arg: module.protocol(arg).version)(arg)
-
-
 def _head(s: Section) -> list[str]:
   """The section's title, what re-judging means where it does, the protocol's summary and data."""
-  own, protocol, study = declared_version(s.module, s.arg), s.protocol, s.study
+  own, protocol, study = tables.declared_version(s.module, s.arg), s.protocol, s.study
   rejudged = protocol.version != own
   return [
       f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`"

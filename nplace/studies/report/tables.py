@@ -9,6 +9,13 @@ from nplace.studies import grid, judge, markdown, three_way
 UNDERPOWERED = 0.8  # a claim whose test reproduces a true effect less often than this is marked
 
 
+def declared_version(module, arg) -> int:
+  """The version a variant's grid was declared and run under: its grid file's `declared(arg)`
+  where a later protocol alone judges the trials (the first one's section archived), else the
+  version of the protocol it judges them by first."""
+  return getattr(module, "declared", lambda arg: module.protocol(arg).version)(arg)
+
+
 def scale(module, arg: str, study) -> tuple[list[int], int]:
   """(the parameter counts of the study's models, ascending; the tokens one trial trains on)."""
   base = module.get_config(arg)
