@@ -29,8 +29,7 @@ maximum stable rate with the embedding norm's control, and versions 2 and 3's da
                seeds 0-4, 35 new trials), beside cpu's depth-12 trials, reused
   placements   every published placement (9 new configurations) at depth 12 x 32 over protocol 3's 9
                rates x seeds 0-2, beside Pre-LN, Peri-LN and Pre-LN + embedding norm reused from
-               cpu, cpu_wide and v4_embed (249 new trials); judged by `PROTOCOL_PLACEMENTS`, the
-               lab's rule version 4 by `LAB_PROTOCOL_V3`
+               cpu, cpu_wide and v4_embed (249 new trials); described by `PROTOCOL_PLACEMENTS`
   v0_stress    protocol 0: the stress grid the first results came from (placement x weight decay
                {0.1, 0} x 3 seeds at lr 3e-2, 150 steps), kept beside version 1
   v0_lr_scan   protocol 0's one-seed learning-rate scan
@@ -47,9 +46,8 @@ import dataclasses
 import ml_collections
 
 from nplace.config import base_config
-from nplace.placements import AFTER, BEFORE, OUT, PLACEMENTS
-from nplace.protocol import (COMPARISON, FINDING, FISHER, FIXED_RATES, LAB, LR_SWEEP, PERMUTATION, SEED_CLAIM,
-                             STABILITY_SWEEP, STRATIFIED, THREE_WAY, WELCH_T, Claim, LabClaim, Protocol, Threshold)
+from nplace.protocol import (COMPARISON, FINDING, FISHER, FIXED_RATES, LR_SWEEP, PERMUTATION, SEED_CLAIM,
+                             STABILITY_SWEEP, STRATIFIED, THREE_WAY, WELCH_T, Claim, Protocol, Threshold)
 
 SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 
@@ -111,72 +109,6 @@ PERI_FLATTER, DT_FLATTER, PERI_MATCHES_BEST = (
           metric="best_loss", better="Peri-LN", worse="Pre-LN", matches=True),
 )
 
-# The lab's protocols: its init-time prediction (nplace lab) judged against this file's sweeps.
-# What both judge alike, values and wording.
-TARGET_RHO = Threshold("target_rho", 0.8, "Spearman's rho the lab set out to reach (its target since it was built)")
-RANK_CLAIMS = (
-    LabClaim("lab_agrees", "The lab's score ranks the configurations as their LR sensitivity does (rho's "
-             "interval above 0)", metric="rho_above_zero"),
-    LabClaim("lab_meets_target", "... well enough to stand in for the sweep (rho at least the target)",
-             metric="rho_at_target"),
-)
-LAB_PROTOCOL = Protocol(
-    name="lab", version=1, kind=LAB,
-    summary="The lab's init-time score (rule version"
-            " in the table) of each configuration of an "
-            "LR-sensitivity grid, at its trained depth and width and each trained seed's init, ranked "
-            "against its LR sensitivity (cap ln V; lower = more stable for both). Spearman's rho over "
-            "the configurations' seed means, with a bootstrap over seeds (each configuration's seeds "
-            "resampled, score and sensitivity kept paired). Fixed before the first ranking.",
-    seeds=3, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
-    thresholds=(TARGET_RHO,),
-    claims=RANK_CLAIMS,
-)
-LAB_PROTOCOL_V2 = Protocol(
-    name="lab", version=2, kind=LAB, resample_configurations=True,
-    summary="The lab's init-time prediction (rule version"
-            " in the table) of each configuration of an "
-            "LR-sensitivity grid, at its trained depth and width and each trained seed's init, against "
-            "what the grid measured: (1) Spearman's rho of the lab score against LR sensitivity over the "
-            "configurations' seed means, with a bootstrap over seeds and over configurations (both "
-            "resampled in each draw); (2) the predicted maximum stable learning rate against the "
-            "observed one (each seed's largest rate that learned; geometric means over seeds), counted "
-            "right within one half-decade step of the sweep. Fixed before protocol 2's grid was judged.",
-    seeds=5, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
-    thresholds=(TARGET_RHO,
-                Threshold("lr_tolerance", 0.5, "decades: a predicted maximum stable rate this close to the "
-                                               "observed one counts as right"),
-                Threshold("target_right", 2 / 3, "fraction of configurations whose maximum stable rate the "
-                                                 "lab must predict right")),
-    claims=(
-        *RANK_CLAIMS,
-        LabClaim("lab_predicts_max_lr", "The lab predicts each configuration's maximum stable learning rate "
-                 "within half a decade, for at least the target fraction", metric="max_lr_right"),
-    ),
-)
-
-# Lab protocol 3: lab rule version 4 (a short range test, nplace/studies/lab/range_test.py) judged
-# blind on the placements grid's nine configurations it has never seen, against two baselines
-# declared with it from protocol 3's filed trials (maximum stable rates by protocol 4's definition:
-# learned and never blew up; at depth 12 Pre-LN's is 10^-1.0 in all 5 seeds, Peri-LN's 10^-0.5).
-def _norm_on_the_stream_or_every_output(overrides: dict) -> bool:
-  """The structural heuristic's feature, from the placement's declared sublayers: a norm on the
-  residual path (after the sum, or on the stream before the sublayer) or on every branch output.
-  Mix-LN's declared sublayers are Pre-LN's (its post layers are a per-layer override)."""
-  placement = PLACEMENTS[overrides["model.placement"]]
-  sublayers = (placement.attn, placement.mlp)
-  return (any(site in (AFTER, BEFORE) for s in sublayers for site in s.norms)
-          or all(OUT in s.norms for s in sublayers))
-
-
-PRE_MAX_LR = 10 ** -1.0  # Pre-LN's measured maximum stable rate at depth 12 (protocol 3's trials, seeds 0-4)
-LAB_BASELINES = {  # label -> overrides -> predicted maximum stable rate
-    # the median of protocol 3's ten configurations' measured rates (geometric means over seeds)
-    "constant": lambda overrides: 10 ** -0.5,
-    # written down before the placements grid: a norm on the stream or on every branch output
-    # raises the rate one half-decade over Pre-LN's
-    "structure": lambda overrides: PRE_MAX_LR * (10 ** 0.5 if _norm_on_the_stream_or_every_output(overrides) else 1),
-}
 # Protocol 2's rules (and so protocol 3's), beyond its thresholds and its outcome rules (`blow_ups`:
 # nplace/studies/outcomes.py):
 # - LR sensitivity and best loss as in protocol 1, with a diverged seed counted as the cap (ln V)
@@ -205,7 +137,6 @@ PROTOCOL = Protocol(
             "loss); Welch t-intervals. Fixed before any run of this version.",
     seeds=5, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95, interval_method=WELCH_T,
     divergence_test=FISHER, blow_ups=True, diverged_at_cap=True, horizons=(0.25, 0.5, 1.0), arms=ARMS_V2,
-    lab=LAB_PROTOCOL_V2,
     thresholds=(
         *V1_THRESHOLDS,
         Threshold("min_lr_gap", 0.25, "decades: the difference in maximum stable learning rate (log10, "
@@ -380,63 +311,20 @@ NEW_PLACEMENTS = {
 }
 PLACEMENT_ARMS = {"Pre-LN": ARMS_V2["Pre-LN"], "Peri-LN": ARMS_V2["Peri-LN"], **NEW_PLACEMENTS,
                   PRE_EMBED: ARMS_V4[PRE_EMBED]}
-LAB_PROTOCOL_V3 = Protocol(
-    name="lab", version=3, kind=LAB, resample_configurations=True, arms=NEW_PLACEMENTS, seeds=3,
-    summary="Lab rule version 4, a short range test (the sweep's rates, 100 steps of one seed no grid uses, "
-            "about 1/30 of the grid's steps), judged blind on the placements grid's nine configurations it "
-            "was not chosen on, against two baselines declared with it: a constant (the median maximum "
-            "stable rate of protocol 3's ten configurations, 10^-0.5) and a structural heuristic (Pre-LN's "
-            "measured 10^-1.0, half a decade higher with a norm on the residual stream or on every branch "
-            "output). Measured: each seed's maximum stable rate by protocol 4's definition, geometric means "
-            "over seeds. Spearman's rho of each predicted against the measured maximum stable rate, with a "
-            "bootstrap over seeds and configurations (2000 draws, seed 0; the rule and a baseline compared "
-            "on the same draws); a prediction is right when it lies nearer the measured rate than half a "
-            "sweep step. Chosen on protocols 1-3's filed trials, where it ties the structural heuristic; "
-            "fixed before any run of the placements grid. Amended before any run, after synthetic outcomes "
-            "built to break it: a prediction is right when within the tolerance of a majority of the seeds' "
-            "own rates, and not judged where a seed was stable at the sweep's top rate; 'more right' is a "
-            "one-sided exact sign test over the configurations where the two disagree; a bootstrap draw with "
-            "no ranks counts as rho 0; ranking claims are not testable where the measured rates do not "
-            "differ; each claim against the structural heuristic holds only with the claim before it "
-            "against the constant (or ranking) reproduced.",
-    bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
-    thresholds=(
-        Threshold("lr_tolerance", 0.25, "decades: a predicted maximum stable rate this close to the measured "
-                                        "one counts as right (half a sweep step: lab protocol 2's 0.5 counted "
-                                        "one step off as right, and at it the structural heuristic is right "
-                                        "for all ten of protocol 3's configurations, so nothing could beat it)"),
-        Threshold("sign_p", 0.05, "one-sided p-value of the exact sign test that the lab is right where a "
-                                  "baseline is wrong more often than the other way (5 of 5 such configurations "
-                                  "reach 1/32; one more right than the baseline never does)"),
-    ),
-    claims=(
-        LabClaim("lab_ranks_max_lr", "The range test ranks the new placements as their measured maximum stable "
-                 "rates do (rho's interval above 0)", metric="max_lr_rho_above_zero"),
-        LabClaim("lab_beats_constant", "It predicts more of their maximum stable rates right than the constant "
-                 "(an exact sign test)",
-                 metric="right_more_than", baseline="constant"),
-        LabClaim("lab_right_more_than_structure", "... and more than the structural heuristic",
-                 metric="right_more_than", baseline="structure", given="lab_beats_constant"),
-        LabClaim("lab_ranks_better_than_structure", "... and ranks them better than the structural heuristic "
-                 "(the interval of the difference in rho above 0)", metric="ranks_better_than", baseline="structure",
-                 given="lab_ranks_max_lr"),
-    ),
-)
 PROTOCOL_PLACEMENTS = Protocol(
     **(V4 | dict(name="placements", version=1, seeds=3)), kind=STABILITY_SWEEP, arms=PLACEMENT_ARMS,
-    lab=LAB_PROTOCOL_V3,
     summary="Every published placement's stability under one protocol: depth 12 x width 32, 1,000 steps, "
             "weight decay 0.1, protocol 3's nine rates (1e-3 .. 10), 3 seeds, each placement as its paper "
             "defines it at GPT-2's init without the embedding norm; Peri-LN with its embedding norm, and "
             "Pre-LN with it as the confound's control. Protocol 4's definitions: stable = learned and never "
             "blew up; the maximum stable rate per seed; LR sensitivity with a diverged seed at ln V. "
-            "Described, not judged between placements; the lab's rule is judged on it. Fixed, with lab "
-            "rule version 4, before any of its runs.",
+            "Described, not judged between placements. Fixed, with lab rule version 4 (whose blind test on "
+            "it, lab protocol 3, is archived), before any of its runs.",
     claims=(),
 )
 
 PROTOCOL_V1 = Protocol(
-    name="stability", version=1, kind=LR_SWEEP, lab=LAB_PROTOCOL,
+    name="stability", version=1, kind=LR_SWEEP,
     summary="Learning-rate sensitivity (Wortsman et al. 2023, arXiv 2309.14322) of Pre-LN and "
             "Peri-LN: per arm and model shape, the final validation loss over a 2-decade "
             "learning-rate sweep, 3 seeds (cpu tier). Fixed before any run of this version.",

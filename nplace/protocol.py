@@ -23,12 +23,11 @@ GROWTH_POOLED = "growth over depth, pooled"  # one seed per depth: fits over the
 GROWTH_PER_SEED = "growth over depth, per seed"  # fits per seed, intervals over the seeds
 COLLAPSE = "collapse"  # study B: plateaus and probes per arm and seed
 COLLAPSE_MECHANISMS = "collapse mechanisms"  # ... with the norms' accounting and the order of events
-LAB = "lab ranking"  # the lab's init-time score against a sweep's measured outcome
 FIXED_RATES = "failures at fixed rates"  # many seeds per arm at a few declared learning rates
 # maximum stable rates over model widths: per-width comparisons, trends against size, a blind prediction
 SCALE_LADDER = "scale ladder"
 KINDS = (LR_SWEEP, STABILITY_SWEEP, COMPARISON, GROWTH_POOLED, GROWTH_PER_SEED, COLLAPSE, COLLAPSE_MECHANISMS,
-         LAB, FIXED_RATES, SCALE_LADDER)
+         FIXED_RATES, SCALE_LADDER)
 
 BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
 # A claim's own method where its values are quantised (nplace/studies/exact.py): an exact
@@ -92,18 +91,6 @@ class Claim:
 
 
 @dataclasses.dataclass(frozen=True)
-class LabClaim:
-  """A claim about the lab's prediction of a sweep's outcome, judged over the sweep's
-  configurations (nplace/studies/ranking.py), not between arms."""
-  id: str
-  statement: str
-  metric: str  # rho_above_zero | rho_at_target | max_lr_right | max_lr_rho_above_zero | right_more_than | ranks_better_than
-  source: str = SEED_CLAIM
-  baseline: str | None = None  # the rule a *_than claim compares with: a key of the grid file's LAB_BASELINES
-  given: str | None = None  # a claim of the same protocol that must be reproduced for this one to be (its "... and")
-
-
-@dataclasses.dataclass(frozen=True)
 class ScaleLadder:
   """What a scale ladder declares beside its claims: the widths its lines are fitted over, the
   width they predict blind (and the prediction, once committed), the variant whose widths they
@@ -129,7 +116,7 @@ class Protocol:
   bootstrap_seed: int
   interval: float  # the confidence level of every interval
   thresholds: tuple[Threshold, ...]
-  claims: tuple[Claim | LabClaim, ...]
+  claims: tuple[Claim, ...]
   interval_method: str = BOOTSTRAP  # BOOTSTRAP | WELCH_T (module doc)
   divergence_test: str = RAW_COUNTS  # RAW_COUNTS | FISHER | STRATIFIED
   verdicts: str = TWO_WAY  # TWO_WAY | THREE_WAY
@@ -147,10 +134,6 @@ class Protocol:
   horizons: tuple[float, ...] = (1.0,)  # fractions of the run at which every verdict is judged
   depths: tuple[int, ...] | None = None  # growth over depth: the depths its fits are over; None: the grid's
   arms: dict | None = None  # label -> overrides; None: the grid module's ARMS
-  lab: "Protocol | None" = None  # the lab protocol that ranks the lab's predictions on this grid
-  # A lab protocol's bootstrap resamples the configurations as well as each one's seeds: rho's
-  # interval then covers another choice of configurations, not only other seeds.
-  resample_configurations: bool = False
   # Study B: the steps its probes are read at for the sustained claims (starved at each), fixed
   # whatever the run's length and probing; None: every probe (nplace/studies/collapse.py).
   read_steps: tuple[int, ...] | None = None
