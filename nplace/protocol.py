@@ -16,8 +16,9 @@ from typing import Callable
 
 # What a study measures, and so which measuring class and page section it gets
 # (nplace/studies/measures.py, nplace/studies/report/page.py).
-LR_SWEEP = "lr sweep"  # each arm's final loss over a learning-rate sweep: LR sensitivity
-STABILITY_SWEEP = "stability sweep"  # ... with failure regions, maximum stable rates, blow-ups, horizons
+# each arm's final loss over a learning-rate sweep: LR sensitivity, failure regions, maximum stable rates,
+# blow-ups, horizons
+STABILITY_SWEEP = "stability sweep"
 COMPARISON = "unswept comparison"  # one learning rate: each arm's final loss
 GROWTH_POOLED = "growth over depth, pooled"  # one seed per depth: fits over the depths
 GROWTH_PER_SEED = "growth over depth, per seed"  # fits per seed, intervals over the seeds
@@ -26,18 +27,13 @@ COLLAPSE_MECHANISMS = "collapse mechanisms"  # ... with the norms' accounting an
 FIXED_RATES = "failures at fixed rates"  # many seeds per arm at a few declared learning rates
 # maximum stable rates over model widths: per-width comparisons, trends against size, a blind prediction
 SCALE_LADDER = "scale ladder"
-KINDS = (LR_SWEEP, STABILITY_SWEEP, COMPARISON, GROWTH_POOLED, GROWTH_PER_SEED, COLLAPSE, COLLAPSE_MECHANISMS,
-         FIXED_RATES, SCALE_LADDER)
+KINDS = (STABILITY_SWEEP, COMPARISON, GROWTH_POOLED, GROWTH_PER_SEED, COLLAPSE, COLLAPSE_MECHANISMS, FIXED_RATES,
+         SCALE_LADDER)
 
 BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
 # A claim's own method where its values are quantised (nplace/studies/exact.py): an exact
 # permutation test of the shift between the arms, against the margin both ways.
 PERMUTATION = "exact permutation"
-# How `divergences` claims compare two arms' diverged-run counts over the grid: the raw counts
-# (`worse` diverged in more runs), Fisher's exact test one-sided at the `failure_p` threshold, or
-# an exact test within strata (each model shape and rate: Cochran-Mantel-Haenszel's statistic
-# under its exact conditional distribution), so that rates where every run failed decide nothing.
-RAW_COUNTS, FISHER, STRATIFIED = "raw counts", "fisher", "stratified exact"
 # How a verdict is read: reproduced / not reproduced, or reproduced / contradicted /
 # inconclusive (nplace/studies/three_way.py); either may be "not testable" for missing data.
 TWO_WAY, THREE_WAY = "two-way", "three-way"
@@ -64,7 +60,9 @@ class Claim:
   """A comparison of two arms: `better` has the lower metric than `worse` in every model shape of
   the grid, by more than the protocol's `min_effect` at the whole confidence interval over seeds.
   With `matches`, `better` only has to be no worse than `worse` by `min_effect` (the interval's
-  top). `divergences` is counted over every run of the arm instead: `better` diverged less often.
+  top). `divergences` counts diverged runs instead, by an exact test within strata (each model
+  shape and rate: Cochran-Mantel-Haenszel's statistic under its exact conditional distribution), so
+  that rates where every run failed decide nothing: `better` diverged less often (three-way only).
   A claim about one arm names it as `arm` and leaves `better` and `worse` unset."""
   id: str
   statement: str
@@ -118,7 +116,6 @@ class Protocol:
   thresholds: tuple[Threshold, ...]
   claims: tuple[Claim, ...]
   interval_method: str = BOOTSTRAP  # BOOTSTRAP | WELCH_T (module doc)
-  divergence_test: str = RAW_COUNTS  # RAW_COUNTS | FISHER | STRATIFIED
   verdicts: str = TWO_WAY  # TWO_WAY | THREE_WAY
   # Every step's loss is read for blow-ups above the loss at init (nplace/studies/outcomes.py):
   # one the run did not recover from is a divergence, spikes count from the first step, and the

@@ -128,7 +128,7 @@ def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsy
 @pytest.mark.parametrize("grid,trials,cells", [
     ("stability.py:cpu", 350, 24), ("stability.py:cpu_wide", 100, 8), ("stability.py:gpu", 350, 24),
     ("stability.py:paper,350m", 175, 12),
-    ("stability.py:v1_cpu", 180, 12), ("growth.py:cpu", 72, 12), ("growth.py:gpu", 72, 12),
+    ("growth.py:cpu", 72, 12), ("growth.py:gpu", 72, 12),
     ("growth.py:v1_cpu", 32, 8), ("collapse.py:cpu", 18, 6), ("collapse.py:gpu", 30, 6), ("collapse.py:paper", 18, 6),
     ("collapse.py:v1_cpu", 15, 5)])
 def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells, tmp_path, capsys):

@@ -3,7 +3,7 @@ measuring class that the protocol's declared `kind` names (nplace/protocol.py). 
 page and `nplace lab --all` both measure through it, so they agree on every trial, the grid's
 unfiled ones included."""
 from nplace.protocol import (COLLAPSE, COLLAPSE_MECHANISMS, COMPARISON, FIXED_RATES, GROWTH_PER_SEED, GROWTH_POOLED,
-                             LR_SWEEP, SCALE_LADDER, STABILITY_SWEEP)
+                             SCALE_LADDER, STABILITY_SWEEP)
 from nplace.studies import collapse, depth_growth, ladder, lr_sensitivity, results
 
 
@@ -12,7 +12,7 @@ def measures_for(protocol, study, module, arg: str, horizon: float = 1.0):
   `horizon` (a fraction of the run), its grid `module`'s variant ARG naming the trials not yet
   filed."""
   arms = results.arms(module, protocol)
-  if protocol.kind in (LR_SWEEP, STABILITY_SWEEP, COMPARISON, FIXED_RATES):
+  if protocol.kind in (STABILITY_SWEEP, COMPARISON, FIXED_RATES):
     return lr_sensitivity.Measures(protocol, arms, study.trials, horizon, module.get_sweep(arg))
   if protocol.kind == GROWTH_PER_SEED:
     return depth_growth.SeedMeasures(protocol, arms, study.trials, horizon, module.get_sweep(arg))

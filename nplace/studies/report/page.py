@@ -15,8 +15,7 @@ EARLIER = ("The first results (study A's protocol 0, and the growth, collapse an
            "judged by rules set after their pilot runs, and study A's table was corrected by hand: "
            "they are kept as they were, not regenerated, in [v0/README.md](v0/README.md).")
 # The kinds whose measures are lr_sensitivity.Measures: their intervals are named in the section's head.
-SWEPT_OR_COMPARED = (protocol_lib.LR_SWEEP, protocol_lib.STABILITY_SWEEP, protocol_lib.COMPARISON,
-                     protocol_lib.FIXED_RATES)
+SWEPT_OR_COMPARED = (protocol_lib.STABILITY_SWEEP, protocol_lib.COMPARISON, protocol_lib.FIXED_RATES)
 THREE_WAY_LINE = (" Verdicts are three-way: reproduced when a claim's test clears its margin in the claim's "
                   "direction, contradicted when it clears it the other way, inconclusive when it does neither; each "
                   "claim's row names its test, and the share of samples drawn with no effect (the arms' values "
@@ -98,14 +97,6 @@ def _stability_sweep(s: Section, measures, by_horizon) -> list[str]:
           "### Every grid point", study_a.outcome_table(s.protocol, measures)]
 
 
-def _lr_sweep(s: Section, measures, by_horizon) -> list[str]:
-  return ["### Learning-rate sensitivity per arm",
-          "Per seed over the sweep's learning rates, then mean over seeds [interval]: "
-          "mean(min(loss, cap)) − min(loss); a diverged run counts as the cap.",
-          study_a.arm_table(s.protocol, measures), "### Final loss vs learning rate",
-          study_a.figures(s.page, s.key, measures), "### Every grid point", study_a.outcome_table(s.protocol, measures)]
-
-
 def _comparison(s: Section, measures, by_horizon) -> list[str]:
   return ["### Final loss per arm", study_a.final_table(s.protocol, measures),
           study_a.figures(s.page, s.key, measures), "### Every grid point", study_a.outcome_table(s.protocol, measures)]
@@ -114,8 +105,8 @@ def _comparison(s: Section, measures, by_horizon) -> list[str]:
 BODIES = {  # kind -> what a section shows after its verdicts
     protocol_lib.GROWTH_PER_SEED: _growth_per_seed, protocol_lib.GROWTH_POOLED: _growth_pooled,
     protocol_lib.COLLAPSE_MECHANISMS: _collapse_mechanisms, protocol_lib.COLLAPSE: _collapse,
-    protocol_lib.STABILITY_SWEEP: _stability_sweep, protocol_lib.LR_SWEEP: _lr_sweep,
-    protocol_lib.COMPARISON: _comparison, protocol_lib.FIXED_RATES: _fixed_rates,
+    protocol_lib.STABILITY_SWEEP: _stability_sweep, protocol_lib.COMPARISON: _comparison,
+    protocol_lib.FIXED_RATES: _fixed_rates,
     protocol_lib.SCALE_LADDER: lambda s, measures, by_horizon: ladder.body(s, measures),
 }
 
@@ -125,11 +116,6 @@ def _intervals_line(protocol) -> str:
     return ""
   if protocol.verdicts == protocol_lib.THREE_WAY:
     return THREE_WAY_LINE
-  if protocol.interval_method == protocol_lib.WELCH_T:
-    return (f" Intervals: {protocol.interval:.0%} Welch t-intervals over the {protocol.seeds} seeds, whose "
-            "coverage is the stated one for normally distributed per-seed values at any number of seeds"
-            + ("; divergence counts: Fisher's exact test, one-sided" if protocol.divergence_test == protocol_lib.FISHER
-               else "") + ".")
   return (f" Intervals: {protocol.interval:.0%} bootstrap over seeds ({protocol.bootstrap_resamples} "
           f"resamples, seed {protocol.bootstrap_seed}).")
 
@@ -155,16 +141,23 @@ def _trials_line(trials) -> str:
   return f"{len(trials)} trials of {full:,} steps ({len(early)} stopped early{why}, at {at})."
 
 
+def declared_version(module, arg) -> int:
+  """The version a variant's grid was declared and run under: its grid file's `declared(arg)`
+  where a later protocol alone judges the trials (the first one's section archived), else the
+  version of the protocol it judges them by first."""
+  return getattr(module, "declared", lambda arg: module.protocol(arg).version)(arg)
+
+
 def _head(s: Section) -> list[str]:
   """The section's title, what re-judging means where it does, the protocol's summary and data."""
-  own, protocol, study = s.module.protocol(s.arg), s.protocol, s.study
-  rejudged = protocol != own
+  own, protocol, study = declared_version(s.module, s.arg), s.protocol, s.study
+  rejudged = protocol.version != own
   return [
       f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`"
-      + (f" (protocol {own.version}'s trials, re-judged)" if rejudged else ""),
+      + (f" (protocol {own}'s trials, re-judged)" if rejudged else ""),
       tables.scale_line(s.module, s.arg, study, s.scale),
-      *([f"Version {protocol.version}'s rules on the trials version {own.version} ran (a new verdict beside "
-         f"version {own.version}'s, which stands): a claim whose arm or probes those trials lack is not testable."]
+      *([f"Version {protocol.version}'s rules on the trials version {own} ran (a new verdict beside "
+         f"version {own}'s, which stands): a claim whose arm or probes those trials lack is not testable."]
         if rejudged else []),
       f"{protocol.summary} {_trials_line(study.trials)}{_intervals_line(protocol)} "
       f"Data: [{study.path.name}/]({study.path.name}/)"
