@@ -38,7 +38,7 @@ import ml_collections
 
 from nplace.config import base_config
 from nplace.protocol import (FINDING, FIXED_RATES, PERMUTATION, SEED_CLAIM, STABILITY_SWEEP, THREE_WAY, WELCH_T, Claim,
-                             Protocol, Threshold)
+                             FixedRate, Protocol, Threshold)
 
 SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 
@@ -184,13 +184,20 @@ PROTOCOL_V4_FIXED = Protocol(
             "an arm, depth 12 x 32, 1,000 steps; Pre-LN and Peri-LN (with the embedding norm) with weight decay "
             "0.1 and 0, and Pre-LN with the embedding norm, the control for Peri-LN's embedding norm. Fixed "
             "before any run of this version.",
+    rates=(FixedRate(TUNED_LR, "Pre-LN's tuned rate", "the middle of the rates where protocol 2's depth-12 "
+                                                      "Pre-LN learned best"),
+           FixedRate(EDGE_LR, "Pre-LN's edge rate", "the pilot's rate whose Pre-LN failure fraction is nearest "
+                                                    "one half (`edge_rate`), on seeds the test does not use")),
     claims=_fixed_rate_claims(EDGE_LR))
 PROTOCOL_V4_EMBED = Protocol(
     **V4, kind=STABILITY_SWEEP, arms={k: ARMS_V4[k] for k in ("Pre-LN", "Peri-LN", PRE_EMBED)},
     summary="The maximum stable rate (learned and never blew up) of Pre-LN with the embedding norm over protocol "
             "2's depth-12 sweep, beside protocol 2's filed Pre-LN and Peri-LN: whether Peri-LN's higher rate "
-            "comes from its output norms or from the embedding norm. Fixed before any run of this version.",
-    claims=(Claim("peri_higher_max_lr", PERI_HIGHER_MAX_LR, better="Peri-LN", worse="Pre-LN", **HIGHER_MAX_LR),
+            "comes from its output norms or from the embedding norm. Fixed before any run of this version; its "
+            "Pre-LN and Peri-LN are protocol 2's trials, seen before it was written, so `peri_higher_max_lr` "
+            "re-judges seen data at depth 12 (the re-judgement of stability_cpu judges it at both depths).",
+    claims=(Claim("peri_higher_max_lr", f"{PERI_HIGHER_MAX_LR}, at depth 12 (a re-judgement of protocol 2's "
+                  "filed trials, seen before this version)", better="Peri-LN", worse="Pre-LN", **HIGHER_MAX_LR),
             Claim("embed_norm_raises_max_lr", "The embedding norm alone raises Pre-LN's maximum stable rate",
                   better=PRE_EMBED, worse="Pre-LN", source=FINDING, **HIGHER_MAX_LR),
             Claim("output_norms_raise_max_lr", "Peri-LN's output norms raise it beyond the embedding norm's",

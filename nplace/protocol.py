@@ -89,6 +89,15 @@ class Claim:
 
 
 @dataclasses.dataclass(frozen=True)
+class FixedRate:
+  """A learning rate a fixed-rate protocol's claims are about, and why that rate: a verdict at
+  one rate says what holds there, so the page prints the reason beside the failure counts."""
+  lr: float
+  name: str  # what the claims call it ("Pre-LN's tuned rate")
+  why: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ScaleLadder:
   """What a scale ladder declares beside its claims: the widths its lines are fitted over, the
   width they predict blind (and the prediction, once committed), the variant whose widths they
@@ -131,6 +140,7 @@ class Protocol:
   horizons: tuple[float, ...] = (1.0,)  # fractions of the run at which every verdict is judged
   depths: tuple[int, ...] | None = None  # growth over depth: the depths its fits are over; None: the grid's
   arms: dict | None = None  # label -> overrides; None: the grid module's ARMS
+  rates: tuple[FixedRate, ...] = ()  # FIXED_RATES: the rates its claims are about, and why each
   # Study B: the steps its probes are read at for the sustained claims (starved at each), fixed
   # whatever the run's length and probing; None: every probe (nplace/studies/collapse.py).
   read_steps: tuple[int, ...] | None = None

@@ -1,5 +1,6 @@
 """results/README.md is exactly what `nplace report --results results/` makes of the committed
 results: nothing on the page was typed by hand."""
+import dataclasses
 import json
 import math
 import pathlib
@@ -141,3 +142,17 @@ def test_a_protocol_2_growth_grid_is_judged_per_seed_and_a_missing_seed_is_not_t
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
   page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   assert "seeds whose growth is not positive at some depth are left out: Peri-LN 1 of 3]" in page
+
+
+def test_the_fixed_rates_section_says_which_rate_is_tuned_and_why_from_the_protocol():
+  """The sentence beside the failure counts is built from the protocol's declared rates, which
+  are the rates its claims are about; a protocol that declares none (the pilot) gets none."""
+  module = grid.load_module(RESULTS.parent / "experiments" / "stability.py")
+  fixed = module.PROTOCOL_V4_FIXED
+  assert {claim.lr for claim in fixed.claims} == {rate.lr for rate in fixed.rates} == {module.TUNED_LR, module.EDGE_LR}
+  [line] = results_page._rates_line(fixed)
+  assert line.startswith("Pre-LN's tuned rate is 0.032 (10^-1.5): the middle of the rates where protocol 2's "
+                         "depth-12 Pre-LN learned best. Pre-LN's edge rate is 0.25 (10^-0.6): ")
+  moved = dataclasses.replace(fixed, rates=(dataclasses.replace(fixed.rates[0], lr=0.01),))
+  assert results_page._rates_line(moved)[0].startswith("Pre-LN's tuned rate is 0.01 (10^-2): ")
+  assert results_page._rates_line(module.PROTOCOL_V4_PILOT) == []

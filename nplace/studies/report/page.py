@@ -3,6 +3,7 @@ per study and protocol, a section with the protocol, its verdicts, the verdicts 
 threshold halved and doubled, then the tables and figures of its kind (`BODIES`). Nothing in
 it is typed by hand."""
 import dataclasses
+import math
 import pathlib
 
 from nplace import protocol as protocol_lib
@@ -77,7 +78,17 @@ def _fixed_rates(s: Section, measures, by_horizon) -> list[str]:
           "Failed: diverged or did not learn; its rate's exact (Clopper-Pearson) interval. At Pre-LN's edge rate the "
           "comparison of failure counts restates the maximum-stable-rate claim at one rate: it estimates how often "
           "each arm fails there. Blew up: a rise of `blow_up_rise` above the running minimum after warmup.",
-          study_a.fixed_rates_table(s.protocol, measures)]
+          *_rates_line(s.protocol), study_a.fixed_rates_table(s.protocol, measures)]
+
+
+def _rates_line(protocol) -> list[str]:
+  """Which rate the claims call what, and why it was chosen (the protocol's `rates`), beside the
+  counts at each: a verdict at one rate says what holds at that rate only."""
+  if not protocol.rates:
+    return []
+  return [" ".join(f"{rate.name} is {rate.lr:.2g} (10^{math.log10(rate.lr):.2g}): {rate.why}."
+                   for rate in protocol.rates)
+          + " A claim about one rate says what holds at that rate; the table gives every arm at each."]
 
 
 def _stability_sweep(s: Section, measures, by_horizon) -> list[str]:
