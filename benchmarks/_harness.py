@@ -19,7 +19,7 @@ WORKLOADS = {
     "tiny": ("tiny", None, {}),                                  # 4 x 128, T 128
     "12x256": ("tiny", None, {"n_layer": 12, "d_model": 256}),   # 12 x 256, T 128
     "deep48": ("deep48", None, {}),                              # 48 x 64, T 64
-    "stability": ("stability", "v0_stress", {}),             # study A's CPU model: 12 x 64, T 64
+    "stability": ("stability", "cpu", {}),                       # study A's CPU model: 12 x 64, T 64
 }
 
 

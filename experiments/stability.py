@@ -1,42 +1,32 @@
 """Study A (Kan et al. 2025): is Peri-LN less sensitive to the learning rate than Pre-LN, does it
-fail less often or at higher rates, and does dt=0.1 help? Judged by the pre-registered
-protocols below (`PROTOCOL_V4_*`, version 4: the seed's failure counts at fixed rates, the
-maximum stable rate with the embedding norm's control, and versions 2 and 3's data re-judged;
-`PROTOCOL_V3`, version 3, which widens version 2's cpu sweep; `PROTOCOL`, version 2;
-`PROTOCOL_V1` and `PROTOCOL_V0` kept beside them).
+fail less often or at higher rates, and does dt=0.1 help? Judged by the pre-registered protocol
+version 4 (`PROTOCOL_V4_*`): the seed's failure counts at fixed rates, the maximum stable rate
+with the embedding norm's control, and the learning-rate sweeps, whose filed cpu trials (run under
+versions 2 and 3, archived in results/archive/) it re-judges; and by `PROTOCOL_PLACEMENTS`.
 
 `experiments/stability.py:VARIANT`, VARIANT one of
-  cpu          protocol 2 on this machine's tier: Pre-LN and Peri-LN (both with weight decay 0.1
-               and 0) and Peri-LN dt=0.1 x depth {6, 12} at width 32 x 7 learning rates (1e-3 ..
-               1, half-decade steps) x 5 seeds, 1,000 steps of 16 x 64 tokens (1M tokens a
-               trial), every step's loss logged, evaluated at 1/4, 1/2 and the end (350 trials)
-  cpu_wide     protocol 3: cpu's grid with the sweep widened to lr 10 (9 rates, 450 trials). Its
-               rates up to 1 are cpu's filed trials, reused (`reuses`): `nplace sweep` skips
-               them and runs the 100 new ones (56 min at --batch 15)
-  gpu          protocol 2 for one H100/H200-class card: depth {12, 24} at width 256, 2,000 steps
-               of 16 x 256 tokens in bfloat16 (run it with --batch 15); not yet run
-  paper[,SIZE] protocol 2's arms on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText
-  v1_cpu, v1_gpu, v1_paper[,SIZE]
-               protocol 1: Pre-LN, Peri-LN, Peri-LN dt=0.1 x 5 learning rates (1e-3 .. 1e-1) x 3
-               seeds (gpu, paper: 5); cpu at depth {6, 12} x width {32, 64}, 300 steps
+  cpu          Pre-LN and Peri-LN (both with weight decay 0.1 and 0) and Peri-LN dt=0.1 x depth
+               {6, 12} at width 32 x 7 learning rates (1e-3 .. 1, half-decade steps) x 5 seeds,
+               1,000 steps of 16 x 64 tokens (1M tokens a trial), every step's loss logged,
+               evaluated at 1/4, 1/2 and the end (350 trials); run under protocol 2, re-judged
+               by protocol 4 (`PROTOCOL_V4_REJUDGED`)
+  cpu_wide     cpu's grid with the sweep widened to lr 10 (9 rates, 450 trials), run under protocol
+               3 and re-judged likewise. Its rates up to 1 are cpu's filed trials, reused
+               (`reuses`): `nplace sweep` skips them and runs the 100 new ones (56 min at --batch 15)
+  gpu          cpu's arms for one H100/H200-class card: depth {12, 24} at width 256, 2,000 steps of
+               16 x 256 tokens in bfloat16 (run it with --batch 15); judged by protocol 4
+               (`PROTOCOL_V4_SWEEP`); not yet run
+  paper[,SIZE] cpu's arms on GPT-2 SIZE (124m | 350m | 774m | 1.5b) and OpenWebText, likewise
   v4_pilot     protocol 4's pilot: Pre-LN (weight decay 0.1) at depth 12 x width 32, lr 10^-0.9,
                -0.8, -0.7, -0.6 x seeds 100-102 (12 trials): `edge_rate` picks the edge from it
   v4_fixed     protocol 4 (a): 5 arms (Pre-LN and Peri-LN with weight decay 0.1 and 0, Pre-LN
                with the embedding norm) at Pre-LN's tuned rate 10^-1.5 and at the edge rate x
-               seeds 10-39, depth 12 x 32, 1,000 steps as cpu (300 trials; the edge's 150 need
-               EDGE_LR, set from the filed pilot)
+               seeds 10-39, depth 12 x 32, 1,000 steps as cpu (300 trials)
   v4_embed     protocol 4 (b): Pre-LN with the embedding norm on cpu's depth-12 sweep (7 rates x
                seeds 0-4, 35 new trials), beside cpu's depth-12 trials, reused
-  placements   every published placement (9 new configurations) at depth 12 x 32 over protocol 3's 9
+  placements   every published placement (9 new configurations) at depth 12 x 32 over cpu_wide's 9
                rates x seeds 0-2, beside Pre-LN, Peri-LN and Pre-LN + embedding norm reused from
-               cpu, cpu_wide and v4_embed (249 new trials); judged by `PROTOCOL_PLACEMENTS`, the
-               lab's rule version 4 by `LAB_PROTOCOL_V3`
-  v0_stress    protocol 0: the stress grid the first results came from (placement x weight decay
-               {0.1, 0} x 3 seeds at lr 3e-2, 150 steps), kept beside version 1
-  v0_lr_scan   protocol 0's one-seed learning-rate scan
-  v0_paper[,SIZE], v0_paper_lr_scan[,SIZE]   protocol 0's paper grids
-
-Protocol 4 also re-judges cpu's and cpu_wide's trials (`rejudged_by`).
+               cpu, cpu_wide and v4_embed (249 new trials); described by `PROTOCOL_PLACEMENTS`
 
 `nplace sweep --config experiments/stability.py:cpu --workdir runs/stability --batch 15` runs
 the grid (in parts: `--only 'n_layer=6,'`); `nplace report --results results/ runs/stability`
@@ -47,9 +37,8 @@ import dataclasses
 import ml_collections
 
 from nplace.config import base_config
-from nplace.placements import AFTER, BEFORE, OUT, PLACEMENTS
-from nplace.protocol import (COMPARISON, FINDING, FISHER, FIXED_RATES, LAB, LR_SWEEP, PERMUTATION, SEED_CLAIM,
-                             STABILITY_SWEEP, STRATIFIED, THREE_WAY, WELCH_T, Claim, LabClaim, Protocol, Threshold)
+from nplace.protocol import (FINDING, FIXED_RATES, PERMUTATION, SEED_CLAIM, STABILITY_SWEEP, THREE_WAY, WELCH_T, Claim,
+                             FixedRate, Protocol, Threshold)
 
 SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 
@@ -59,24 +48,11 @@ def _model(placement, dt=1.0, embed_norm=False) -> dict:
   return {"model.placement": placement, "model.dt": dt, "model.embed_norm": embed_norm}
 
 
-# The arms. Peri-LN carries the Peri-LN paper's norm on the embedding output: at GPT-2's init
-# the 0.02-std token embedding is otherwise drowned by 2L unit-rms branch outputs, so plain
-# `peri` learns nothing in short runs (protocol 0's results) -- a property of that init.
+# The arms. Weight decay is part of the arm (the seed reports divergences with 0.1 and 0).
+# Peri-LN carries the Peri-LN paper's norm on the embedding output: at GPT-2's init the 0.02-std
+# token embedding is otherwise drowned by 2L unit-rms branch outputs, so plain `peri` learns
+# nothing in short runs (protocol 0's results) -- a property of that init.
 ARMS = {
-    "Pre-LN": _model("pre"),
-    "Peri-LN": _model("peri", embed_norm=True),
-    "Peri-LN, dt 0.1": _model("peri", dt=0.1, embed_norm=True),
-}
-LRS = (1e-3, 10 ** -2.5, 1e-2, 10 ** -1.5, 1e-1)  # 2 decades, half-decade steps
-PAPER_LRS = (1e-4, 10 ** -3.5, 1e-3, 10 ** -2.5, 1e-2)
-TIERS = {  # protocol 1: tier -> (depths, widths, seeds)
-    "cpu": ((6, 12), (32, 64), range(3)),
-    "gpu": ((12, 24), (128, 256), range(5)),
-    "paper": ((None,), (None,), range(5)),  # the GPT-2 size's own depth and width
-}
-
-# Protocol 2. Weight decay is part of the arm (the seed reports divergences with 0.1 and 0).
-ARMS_V2 = {
     "Pre-LN": {**_model("pre"), "optim.weight_decay": 0.1},
     "Pre-LN, no weight decay": {**_model("pre"), "optim.weight_decay": 0.0},
     "Peri-LN": {**_model("peri", embed_norm=True), "optim.weight_decay": 0.1},
@@ -84,170 +60,33 @@ ARMS_V2 = {
     "Peri-LN, dt 0.1": {**_model("peri", dt=0.1, embed_norm=True), "optim.weight_decay": 0.1},
 }
 # 3 decades in half-decade steps up to 1: Wortsman et al.'s sweep tops out at 3e-1; above 1e-1
-# protocol 1's shapes start to fail, and the top must fail for every arm (else flagged).
-LRS_V2 = tuple(10 ** (e / 2) for e in range(-6, 1))
-PAPER_LRS_V2 = tuple(10 ** (e / 2) for e in range(-8, -1))  # 1e-4 .. 1e-1
-TIERS_V2 = {  # tier -> (depths, widths, seeds)
+# protocol 1's shapes started to fail, and the top must fail for every arm (else flagged).
+LRS = tuple(10 ** (e / 2) for e in range(-6, 1))
+PAPER_LRS = tuple(10 ** (e / 2) for e in range(-8, -1))  # 1e-4 .. 1e-1
+# cpu_wide: at cpu's top rate (1) Peri-LN still learned in every seed and shape, so its failure
+# region and maximum stable rate were not reached; a decade more, nothing else changed.
+WIDE_LRS = tuple(10 ** (e / 2) for e in range(-6, 3))
+TIERS = {  # tier -> (depths, widths, seeds)
     "cpu": ((6, 12), (32,), range(5)),
     "gpu": ((12, 24), (256,), range(5)),
-    "paper": ((None,), (None,), range(5)),
+    "paper": ((None,), (None,), range(5)),  # the GPT-2 size's own depth and width
 }
+SWEEP_LRS = {"cpu": LRS, "cpu_wide": WIDE_LRS, "gpu": LRS, "paper": PAPER_LRS}  # a swept variant's rates
 
-# Kept from protocol 1, values and wording: what both versions judge alike.
-V1_THRESHOLDS = (
-    Threshold("min_effect", 0.05, "nats: the smallest difference in LR sensitivity (or best loss) "
-                                  "that counts; an interval must clear it"),
-    Threshold("did_not_learn", 0.1, "fraction of the learnable nats gained below which a run did "
-                                    "not learn"),
-    Threshold("spike_rebound", 1.0, "nats above the running minimum of the train loss that make a "
-                                    "loss spike (reported, never a failure)"),
-)
-PERI_FLATTER, DT_FLATTER, PERI_MATCHES_BEST = (
-    Claim("peri_flatter", "Peri-LN is less sensitive to the learning rate than Pre-LN",
-          metric="lr_sensitivity", better="Peri-LN", worse="Pre-LN"),
-    Claim("dt_flatter", "dt 0.1 makes Peri-LN less sensitive to the learning rate still",
-          metric="lr_sensitivity", better="Peri-LN, dt 0.1", worse="Peri-LN"),
-    Claim("peri_matches_best", "Peri-LN matches or beats Pre-LN at each one's best learning rate",
-          metric="best_loss", better="Peri-LN", worse="Pre-LN", matches=True),
-)
-
-# The lab's protocols: its init-time prediction (nplace lab) judged against this file's sweeps.
-# What both judge alike, values and wording.
-TARGET_RHO = Threshold("target_rho", 0.8, "Spearman's rho the lab set out to reach (its target since it was built)")
-RANK_CLAIMS = (
-    LabClaim("lab_agrees", "The lab's score ranks the configurations as their LR sensitivity does (rho's "
-             "interval above 0)", metric="rho_above_zero"),
-    LabClaim("lab_meets_target", "... well enough to stand in for the sweep (rho at least the target)",
-             metric="rho_at_target"),
-)
-LAB_PROTOCOL = Protocol(
-    name="lab", version=1, kind=LAB,
-    summary="The lab's init-time score (rule version"
-            " in the table) of each configuration of an "
-            "LR-sensitivity grid, at its trained depth and width and each trained seed's init, ranked "
-            "against its LR sensitivity (cap ln V; lower = more stable for both). Spearman's rho over "
-            "the configurations' seed means, with a bootstrap over seeds (each configuration's seeds "
-            "resampled, score and sensitivity kept paired). Fixed before the first ranking.",
-    seeds=3, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
-    thresholds=(TARGET_RHO,),
-    claims=RANK_CLAIMS,
-)
-LAB_PROTOCOL_V2 = Protocol(
-    name="lab", version=2, kind=LAB, resample_configurations=True,
-    summary="The lab's init-time prediction (rule version"
-            " in the table) of each configuration of an "
-            "LR-sensitivity grid, at its trained depth and width and each trained seed's init, against "
-            "what the grid measured: (1) Spearman's rho of the lab score against LR sensitivity over the "
-            "configurations' seed means, with a bootstrap over seeds and over configurations (both "
-            "resampled in each draw); (2) the predicted maximum stable learning rate against the "
-            "observed one (each seed's largest rate that learned; geometric means over seeds), counted "
-            "right within one half-decade step of the sweep. Fixed before protocol 2's grid was judged.",
-    seeds=5, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
-    thresholds=(TARGET_RHO,
-                Threshold("lr_tolerance", 0.5, "decades: a predicted maximum stable rate this close to the "
-                                               "observed one counts as right"),
-                Threshold("target_right", 2 / 3, "fraction of configurations whose maximum stable rate the "
-                                                 "lab must predict right")),
-    claims=(
-        *RANK_CLAIMS,
-        LabClaim("lab_predicts_max_lr", "The lab predicts each configuration's maximum stable learning rate "
-                 "within half a decade, for at least the target fraction", metric="max_lr_right"),
-    ),
-)
-
-# Lab protocol 3: lab rule version 4 (a short range test, nplace/studies/lab/range_test.py) judged
-# blind on the placements grid's nine configurations it has never seen, against two baselines
-# declared with it from protocol 3's filed trials (maximum stable rates by protocol 4's definition:
-# learned and never blew up; at depth 12 Pre-LN's is 10^-1.0 in all 5 seeds, Peri-LN's 10^-0.5).
-def _norm_on_the_stream_or_every_output(overrides: dict) -> bool:
-  """The structural heuristic's feature, from the placement's declared sublayers: a norm on the
-  residual path (after the sum, or on the stream before the sublayer) or on every branch output.
-  Mix-LN's declared sublayers are Pre-LN's (its post layers are a per-layer override)."""
-  placement = PLACEMENTS[overrides["model.placement"]]
-  sublayers = (placement.attn, placement.mlp)
-  return (any(site in (AFTER, BEFORE) for s in sublayers for site in s.norms)
-          or all(OUT in s.norms for s in sublayers))
-
-
-PRE_MAX_LR = 10 ** -1.0  # Pre-LN's measured maximum stable rate at depth 12 (protocol 3's trials, seeds 0-4)
-LAB_BASELINES = {  # label -> overrides -> predicted maximum stable rate
-    # the median of protocol 3's ten configurations' measured rates (geometric means over seeds)
-    "constant": lambda overrides: 10 ** -0.5,
-    # written down before the placements grid: a norm on the stream or on every branch output
-    # raises the rate one half-decade over Pre-LN's
-    "structure": lambda overrides: PRE_MAX_LR * (10 ** 0.5 if _norm_on_the_stream_or_every_output(overrides) else 1),
-}
-# Protocol 2's rules (and so protocol 3's), beyond its thresholds and its outcome rules (`blow_ups`:
-# nplace/studies/outcomes.py):
-# - LR sensitivity and best loss as in protocol 1, with a diverged seed counted as the cap (ln V)
-#   in the mean curve and in "best lr": a rate where some seeds diverged cannot be best.
-# - Maximum stable learning rate of a seed: the largest rate of the sweep at which its run
-#   learned (`learned`); compared between arms in log10 per seed. A seed that learned at no rate
-#   has none and makes the claim not testable in that shape.
-# - Failed trials: counted per arm over the sweep, split into diverged and did-not-learn;
-#   `divergences` claims compare the diverged counts with Fisher's exact test (`divergence_test`),
-#   one-sided at `failure_p` (reproduced when `worse` diverges significantly more often; not reproduced
-#   otherwise). A claim whose arms diverged nowhere is not testable.
-# - The top rate must fail (diverge or not learn) for every arm in every shape, else the page
-#   flags the sweep as not reaching the failure region; an optimum at the sweep's edge, or whose
-#   neighbours sit less than `bracket_margin` above it, is flagged as not bracketed.
-# - Horizons: every verdict is judged again on the validation losses at 1/4 and 1/2 of the run
-#   (the train loss up to that step for the outcome rules); a verdict that differs between
-#   horizons says so.
-# - A claim needs every seed of `seeds` at every rate in every shape, else not testable.
-PROTOCOL = Protocol(
-    name="stability", version=2, kind=STABILITY_SWEEP,
-    summary="Learning-rate sensitivity, failure region and maximum stable learning rate of Pre-LN "
-            "and Peri-LN (with the embedding norm), each with weight decay 0.1 and 0, and of "
-            "Peri-LN at dt 0.1: per arm and model shape, the validation loss over a 3-decade "
-            "learning-rate sweep reaching 1, 5 seeds, 1M tokens a trial (cpu tier); every verdict "
-            "judged again at 1/4 and 1/2 of the run. Outcome rules 2 (blow-ups from every step's "
-            "loss); Welch t-intervals. Fixed before any run of this version.",
-    seeds=5, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95, interval_method=WELCH_T,
-    divergence_test=FISHER, blow_ups=True, diverged_at_cap=True, horizons=(0.25, 0.5, 1.0), arms=ARMS_V2,
-    lab=LAB_PROTOCOL_V2,
-    thresholds=(
-        *V1_THRESHOLDS,
-        Threshold("min_lr_gap", 0.25, "decades: the difference in maximum stable learning rate (log10, "
-                                      "per seed) an interval must clear: more than half a sweep step"),
-        Threshold("bracket_margin", 0.05, "nats: an optimum is bracketed when the mean loss at both "
-                                          "neighbouring rates is at least this much above it"),
-        Threshold("failure_p", 0.05, "one-sided p-value of Fisher's exact test on diverged-trial "
-                                     "counts below which one arm diverges more often"),
-    ),
-    claims=(
-        PERI_FLATTER,
-        Claim("peri_flatter_no_wd", "... and so without weight decay",
-              metric="lr_sensitivity", better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay"),
-        DT_FLATTER,
-        PERI_MATCHES_BEST,
-        Claim("peri_higher_max_lr", "Peri-LN still learns at higher learning rates than Pre-LN",
-              metric="max_stable_lr", better="Peri-LN", worse="Pre-LN"),
-        Claim("peri_higher_max_lr_no_wd", "... and so without weight decay",
-              metric="max_stable_lr", better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay"),
-        Claim("pre_diverges_more", "Pre-LN diverges in more trials of the sweep than Peri-LN",
-              metric="divergences", better="Peri-LN", worse="Pre-LN"),
-        Claim("pre_diverges_more_no_wd", "... and so without weight decay",
-              metric="divergences", better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay"),
-    ),
-)
-# Protocol 3: at protocol 2's top rate (1) Peri-LN still learned in every seed and shape, so its
-# failure region and maximum stable rate were not reached; a decade more, nothing else changed.
-LRS_V3 = tuple(10 ** (e / 2) for e in range(-6, 3))
-PROTOCOL_V3 = dataclasses.replace(
-    PROTOCOL, version=3,
-    summary="Protocol 2 on its cpu grid with the learning-rate sweep widened by a decade, to 10 (4 "
-            "decades, 9 rates): at protocol 2's top rate of 1 every Peri-LN seed still learned, so "
-            "its failure region was not reached. Rules, thresholds, claims, arms, seeds and trial "
-            "config are protocol 2's; its filed trials are reused at the rates up to 1. Declared "
-            "after protocol 2's results and before any run at the new rates: its verdicts differ "
-            "from protocol 2's only through those rates.")
 # Protocol 4, declared before any of its runs. Three-way verdicts, each claim's test simulated
 # with no effect and at its `power_at` on the page. Its definitions:
-# - Failed: diverged or did not learn (outcome rules with blow-ups, as protocol 2). Stable at a
-#   rate: learned and never blew up, a rise of `blow_up_rise` nats above the train loss's running
-#   minimum after warmup (the project's spike size): a run that blew up and recovered once the
-#   schedule had cut the rate is not stable at the rate it was given.
+# - Outcomes (nplace/studies/outcomes.py, with blow-ups from every step's loss): failed is
+#   diverged or did not learn. Stable at a rate: learned and never blew up, a rise of
+#   `blow_up_rise` nats above the train loss's running minimum after warmup (the project's spike
+#   size): a run that blew up and recovered once the schedule had cut the rate is not stable at
+#   the rate it was given.
+# - LR sensitivity per seed over the sweep (Wortsman et al. 2023), with a diverged seed counted as
+#   the cap (ln V) in the mean curve and so in "best lr": a rate where some seeds diverged cannot
+#   be best. The top rate must fail for every arm in every shape, else the page flags the sweep as
+#   not reaching the failure region; an optimum at the sweep's edge, or whose neighbours sit less
+#   than `bracket_margin` above it, is flagged as not bracketed. Every verdict is judged again at
+#   1/4 and 1/2 of the run (`horizons`; the train loss up to that step for the outcome rules).
+#   A claim needs every seed of `seeds` at every rate in every shape, else not testable.
 # - (a) The seed's failure counts at one recipe, 30 seeds an arm: at Pre-LN's tuned rate
 #   (10^-1.5, the middle of the rates where protocol 2's depth-12 Pre-LN learned best) each arm's
 #   failure rate and its exact (Clopper-Pearson) interval against the seed's rate: contradicted
@@ -259,14 +98,14 @@ PROTOCOL_V3 = dataclasses.replace(
 #   use) the arms' failure counts by one-sided Fisher's exact tests, each way, Holm-adjusted over
 #   the three comparisons: it restates at one rate the claim that Pre-LN fails at lower rates
 #   than Peri-LN, and estimates how often each arm fails at Pre-LN's edge.
-# - (b) The maximum stable rate of Pre-LN with the embedding norm on protocol 2's depth-12 sweep,
-#   against protocol 2's filed Pre-LN and Peri-LN: exact permutation tests of a shift against
-#   `min_lr_gap`, each way at 0.025 (the values move in half-decade steps: no t-interval); a seed
-#   stable at the sweep's top rate may be stable higher, so it cannot count against a claim.
-# - (c) Protocols 2 and 3's data re-judged (seen data, labelled so): LR sensitivity and best loss
-#   by Welch's t-interval, three-way; the maximum stable rate as (b); divergences by the exact
-#   test within each (depth, rate) stratum, so rates where every run of both arms failed decide
-#   nothing.
+# - (b) The maximum stable rate of Pre-LN with the embedding norm on cpu's depth-12 sweep, against
+#   the filed Pre-LN and Peri-LN: exact permutation tests of a shift against `min_lr_gap`, each
+#   way at 0.025 (the values move in half-decade steps: no t-interval); a seed stable at the
+#   sweep's top rate may be stable higher, so it cannot count against a claim.
+# - (c) The sweeps (cpu's and cpu_wide's filed trials re-judged, seen data, labelled so; gpu's and
+#   paper's fresh): LR sensitivity and best loss by Welch's t-interval, three-way; the maximum
+#   stable rate as (b); divergences by the exact test within each (depth, rate) stratum, so rates
+#   where every run of both arms failed decide nothing.
 # - Secondary, described and not judged: blew up at any step, ended diverged, the final loss.
 TUNED_LR = 10 ** -1.5
 PILOT_LRS = tuple(10 ** e for e in (-0.9, -0.8, -0.7, -0.6))
@@ -275,7 +114,7 @@ PILOT_SEEDS, FIXED_SEEDS = range(100, 103), range(10, 40)
 # rate had 1 or 2 of 3 Pre-LN seeds failing; 0 of 3 failed up to 10^-0.7, 3 of 3 at 10^-0.6.
 EDGE_LR = 10 ** -0.6
 PRE_EMBED = "Pre-LN + embedding norm"
-ARMS_V4 = {**{k: v for k, v in ARMS_V2.items() if k != "Peri-LN, dt 0.1"},
+ARMS_V4 = {**{k: v for k, v in ARMS.items() if k != "Peri-LN, dt 0.1"},
            PRE_EMBED: {**_model("pre", embed_norm=True), "optim.weight_decay": 0.1}}
 
 
@@ -288,7 +127,17 @@ def edge_rate(failed: dict) -> float:
   return next((lr for lr in tied if failed[lr][0] > 0), tied[0])
 
 
-V4_THRESHOLDS = tuple(t for t in PROTOCOL.thresholds if t.name != "failure_p") + (
+V4_THRESHOLDS = (
+    Threshold("min_effect", 0.05, "nats: the smallest difference in LR sensitivity (or best loss) "
+                                  "that counts; an interval must clear it"),
+    Threshold("did_not_learn", 0.1, "fraction of the learnable nats gained below which a run did "
+                                    "not learn"),
+    Threshold("spike_rebound", 1.0, "nats above the running minimum of the train loss that make a "
+                                    "loss spike (reported, never a failure)"),
+    Threshold("min_lr_gap", 0.25, "decades: the difference in maximum stable learning rate (log10, "
+                                  "per seed) an interval must clear: more than half a sweep step"),
+    Threshold("bracket_margin", 0.05, "nats: an optimum is bracketed when the mean loss at both "
+                                      "neighbouring rates is at least this much above it"),
     Threshold("failure_p", 0.025, "one-sided p-value of each exact test on failure counts, each way (a two-sided "
                                   "95% decision, as the intervals)"),
     Threshold("blow_up_rise", 1.0, "nats above the train loss's running minimum after warmup that make a "
@@ -297,12 +146,13 @@ V4_THRESHOLDS = tuple(t for t in PROTOCOL.thresholds if t.name != "failure_p") +
                                  "rate with weight decay, 1 run in 5) counts as the seed's 0 of 5"),
 )
 V4 = dict(name="stability", version=4, seeds=5, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95,
-          interval_method=WELCH_T, divergence_test=STRATIFIED, verdicts=THREE_WAY, blow_ups=True,
-          diverged_at_cap=True, stable_needs_no_blow_up=True, thresholds=V4_THRESHOLDS)
+          interval_method=WELCH_T, verdicts=THREE_WAY, blow_ups=True, diverged_at_cap=True,
+          stable_needs_no_blow_up=True, thresholds=V4_THRESHOLDS)
 HIGHER_MAX_LR = dict(metric="max_stable_lr", method=PERMUTATION, power_at=0.5)  # one sweep step
+PERI_HIGHER_MAX_LR = "Peri-LN still learns at higher learning rates than Pre-LN"
 
 
-def _fixed_rate_claims(edge: float | None) -> tuple:
+def _fixed_rate_claims(edge: float) -> tuple:
   rates = (("Pre-LN", "pre_fails_at_tuned", "Pre-LN fails in about 1 run of 5 at its tuned rate", 0.2),
            ("Pre-LN, no weight decay", "pre_fails_at_tuned_no_wd", "... and in about 3 of 5 without weight decay",
             0.6),
@@ -334,38 +184,54 @@ PROTOCOL_V4_FIXED = Protocol(
             "an arm, depth 12 x 32, 1,000 steps; Pre-LN and Peri-LN (with the embedding norm) with weight decay "
             "0.1 and 0, and Pre-LN with the embedding norm, the control for Peri-LN's embedding norm. Fixed "
             "before any run of this version.",
+    rates=(FixedRate(TUNED_LR, "Pre-LN's tuned rate", "the middle of the rates where protocol 2's depth-12 "
+                                                      "Pre-LN learned best"),
+           FixedRate(EDGE_LR, "Pre-LN's edge rate", "the pilot's rate whose Pre-LN failure fraction is nearest "
+                                                    "one half (`edge_rate`), on seeds the test does not use")),
     claims=_fixed_rate_claims(EDGE_LR))
 PROTOCOL_V4_EMBED = Protocol(
     **V4, kind=STABILITY_SWEEP, arms={k: ARMS_V4[k] for k in ("Pre-LN", "Peri-LN", PRE_EMBED)},
     summary="The maximum stable rate (learned and never blew up) of Pre-LN with the embedding norm over protocol "
             "2's depth-12 sweep, beside protocol 2's filed Pre-LN and Peri-LN: whether Peri-LN's higher rate "
-            "comes from its output norms or from the embedding norm. Fixed before any run of this version.",
-    claims=(Claim("peri_higher_max_lr", "Peri-LN still learns at higher learning rates than Pre-LN",
-                  better="Peri-LN", worse="Pre-LN", **HIGHER_MAX_LR),
+            "comes from its output norms or from the embedding norm. Fixed before any run of this version; its "
+            "Pre-LN and Peri-LN are protocol 2's trials, seen before it was written, so `peri_higher_max_lr` "
+            "re-judges seen data at depth 12 (the re-judgement of stability_cpu judges it at both depths).",
+    claims=(Claim("peri_higher_max_lr", f"{PERI_HIGHER_MAX_LR}, at depth 12 (a re-judgement of protocol 2's "
+                  "filed trials, seen before this version)", better="Peri-LN", worse="Pre-LN", **HIGHER_MAX_LR),
             Claim("embed_norm_raises_max_lr", "The embedding norm alone raises Pre-LN's maximum stable rate",
                   better=PRE_EMBED, worse="Pre-LN", source=FINDING, **HIGHER_MAX_LR),
             Claim("output_norms_raise_max_lr", "Peri-LN's output norms raise it beyond the embedding norm's",
                   better="Peri-LN", worse=PRE_EMBED, source=FINDING, **HIGHER_MAX_LR)))
-PROTOCOL_V4_REJUDGED = Protocol(
-    **V4, kind=STABILITY_SWEEP, horizons=(0.25, 0.5, 1.0), arms=ARMS_V2,
-    summary="Protocol 4's rules on protocols 2 and 3's filed trials, which were seen before these rules were "
-            "written: three-way verdicts; the maximum stable rate by its new definition (learned and never "
-            "blew up) and exact permutation tests; divergences by the exact test within each depth and rate.",
-    claims=(dataclasses.replace(PERI_FLATTER, power_at=0.2),
+PROTOCOL_V4_SWEEP = Protocol(
+    **V4, kind=STABILITY_SWEEP, horizons=(0.25, 0.5, 1.0), arms=ARMS,
+    summary="Protocol 4's rules on a learning-rate sweep of the five arms (Pre-LN and Peri-LN with the "
+            "embedding norm, each with weight decay 0.1 and 0, and Peri-LN at dt 0.1) per model shape, 5 seeds, "
+            "every verdict judged again at 1/4 and 1/2 of the run: three-way verdicts; the maximum stable rate "
+            "(learned and never blew up) by exact permutation tests; divergences by the exact test within each "
+            "depth and rate. Fixed before any run of the gpu and paper tiers.",
+    claims=(Claim("peri_flatter", "Peri-LN is less sensitive to the learning rate than Pre-LN",
+                  metric="lr_sensitivity", better="Peri-LN", worse="Pre-LN", power_at=0.2),
             Claim("peri_flatter_no_wd", "... and so without weight decay", metric="lr_sensitivity",
                   better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay", power_at=0.2),
-            dataclasses.replace(DT_FLATTER, power_at=0.2),
-            dataclasses.replace(PERI_MATCHES_BEST, power_at=0.0),
-            Claim("peri_higher_max_lr", "Peri-LN still learns at higher learning rates than Pre-LN",
-                  better="Peri-LN", worse="Pre-LN", **HIGHER_MAX_LR),
+            Claim("dt_flatter", "dt 0.1 makes Peri-LN less sensitive to the learning rate still",
+                  metric="lr_sensitivity", better="Peri-LN, dt 0.1", worse="Peri-LN", power_at=0.2),
+            Claim("peri_matches_best", "Peri-LN matches or beats Pre-LN at each one's best learning rate",
+                  metric="best_loss", better="Peri-LN", worse="Pre-LN", matches=True, power_at=0.0),
+            Claim("peri_higher_max_lr", PERI_HIGHER_MAX_LR, better="Peri-LN", worse="Pre-LN", **HIGHER_MAX_LR),
             Claim("peri_higher_max_lr_no_wd", "... and so without weight decay", better="Peri-LN, no weight decay",
                   worse="Pre-LN, no weight decay", **HIGHER_MAX_LR),
             Claim("pre_diverges_more", "Pre-LN diverges more often than Peri-LN at the same depth and rate",
                   metric="divergences", better="Peri-LN", worse="Pre-LN", power_at=(0.5, 0.1)),
             Claim("pre_diverges_more_no_wd", "... and so without weight decay", metric="divergences",
                   better="Peri-LN, no weight decay", worse="Pre-LN, no weight decay", power_at=(0.5, 0.1))))
+# cpu's and cpu_wide's trials, run under protocols 2 and 3 (archived), judged by the same rules.
+PROTOCOL_V4_REJUDGED = dataclasses.replace(
+    PROTOCOL_V4_SWEEP,
+    summary="Protocol 4's rules on protocols 2 and 3's filed trials, which were seen before these rules were "
+            "written: three-way verdicts; the maximum stable rate by its new definition (learned and never "
+            "blew up) and exact permutation tests; divergences by the exact test within each depth and rate.")
 
-# The placements grid: every published placement at depth 12 x width 32 over protocol 3's nine
+# The placements grid: every published placement at depth 12 x width 32 over cpu_wide's nine
 # rates, 3 seeds, 1,000 steps as cpu, weight decay 0.1; each as its paper defines it, at GPT-2's
 # init and without the embedding norm. Pre-LN and Peri-LN (which carries its embedding norm) are
 # cpu's and cpu_wide's filed trials, seeds 0-2, and Pre-LN + embedding norm (the confound's
@@ -378,99 +244,22 @@ NEW_PLACEMENTS = {
     "Pre-LN + QK-norm": {**_model("pre"), "model.qk_norm": True, "optim.weight_decay": 0.1},
     "Pre-LN, DyT": {**_model("pre"), "model.norm": "dyt", "optim.weight_decay": 0.1},
 }
-PLACEMENT_ARMS = {"Pre-LN": ARMS_V2["Pre-LN"], "Peri-LN": ARMS_V2["Peri-LN"], **NEW_PLACEMENTS,
+PLACEMENT_ARMS = {"Pre-LN": ARMS["Pre-LN"], "Peri-LN": ARMS["Peri-LN"], **NEW_PLACEMENTS,
                   PRE_EMBED: ARMS_V4[PRE_EMBED]}
-LAB_PROTOCOL_V3 = Protocol(
-    name="lab", version=3, kind=LAB, resample_configurations=True, arms=NEW_PLACEMENTS, seeds=3,
-    summary="Lab rule version 4, a short range test (the sweep's rates, 100 steps of one seed no grid uses, "
-            "about 1/30 of the grid's steps), judged blind on the placements grid's nine configurations it "
-            "was not chosen on, against two baselines declared with it: a constant (the median maximum "
-            "stable rate of protocol 3's ten configurations, 10^-0.5) and a structural heuristic (Pre-LN's "
-            "measured 10^-1.0, half a decade higher with a norm on the residual stream or on every branch "
-            "output). Measured: each seed's maximum stable rate by protocol 4's definition, geometric means "
-            "over seeds. Spearman's rho of each predicted against the measured maximum stable rate, with a "
-            "bootstrap over seeds and configurations (2000 draws, seed 0; the rule and a baseline compared "
-            "on the same draws); a prediction is right when it lies nearer the measured rate than half a "
-            "sweep step. Chosen on protocols 1-3's filed trials, where it ties the structural heuristic; "
-            "fixed before any run of the placements grid. Amended before any run, after synthetic outcomes "
-            "built to break it: a prediction is right when within the tolerance of a majority of the seeds' "
-            "own rates, and not judged where a seed was stable at the sweep's top rate; 'more right' is a "
-            "one-sided exact sign test over the configurations where the two disagree; a bootstrap draw with "
-            "no ranks counts as rho 0; ranking claims are not testable where the measured rates do not "
-            "differ; each claim against the structural heuristic holds only with the claim before it "
-            "against the constant (or ranking) reproduced.",
-    bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
-    thresholds=(
-        Threshold("lr_tolerance", 0.25, "decades: a predicted maximum stable rate this close to the measured "
-                                        "one counts as right (half a sweep step: lab protocol 2's 0.5 counted "
-                                        "one step off as right, and at it the structural heuristic is right "
-                                        "for all ten of protocol 3's configurations, so nothing could beat it)"),
-        Threshold("sign_p", 0.05, "one-sided p-value of the exact sign test that the lab is right where a "
-                                  "baseline is wrong more often than the other way (5 of 5 such configurations "
-                                  "reach 1/32; one more right than the baseline never does)"),
-    ),
-    claims=(
-        LabClaim("lab_ranks_max_lr", "The range test ranks the new placements as their measured maximum stable "
-                 "rates do (rho's interval above 0)", metric="max_lr_rho_above_zero"),
-        LabClaim("lab_beats_constant", "It predicts more of their maximum stable rates right than the constant "
-                 "(an exact sign test)",
-                 metric="right_more_than", baseline="constant"),
-        LabClaim("lab_right_more_than_structure", "... and more than the structural heuristic",
-                 metric="right_more_than", baseline="structure", given="lab_beats_constant"),
-        LabClaim("lab_ranks_better_than_structure", "... and ranks them better than the structural heuristic "
-                 "(the interval of the difference in rho above 0)", metric="ranks_better_than", baseline="structure",
-                 given="lab_ranks_max_lr"),
-    ),
-)
 PROTOCOL_PLACEMENTS = Protocol(
     **(V4 | dict(name="placements", version=1, seeds=3)), kind=STABILITY_SWEEP, arms=PLACEMENT_ARMS,
-    lab=LAB_PROTOCOL_V3,
     summary="Every published placement's stability under one protocol: depth 12 x width 32, 1,000 steps, "
             "weight decay 0.1, protocol 3's nine rates (1e-3 .. 10), 3 seeds, each placement as its paper "
             "defines it at GPT-2's init without the embedding norm; Peri-LN with its embedding norm, and "
             "Pre-LN with it as the confound's control. Protocol 4's definitions: stable = learned and never "
             "blew up; the maximum stable rate per seed; LR sensitivity with a diverged seed at ln V. "
-            "Described, not judged between placements; the lab's rule is judged on it. Fixed, with lab "
-            "rule version 4, before any of its runs.",
+            "Described, not judged between placements. Fixed, with lab rule version 4 (whose blind test on "
+            "it, lab protocol 3, is archived), before any of its runs.",
     claims=(),
 )
 
-PROTOCOL_V1 = Protocol(
-    name="stability", version=1, kind=LR_SWEEP, lab=LAB_PROTOCOL,
-    summary="Learning-rate sensitivity (Wortsman et al. 2023, arXiv 2309.14322) of Pre-LN and "
-            "Peri-LN: per arm and model shape, the final validation loss over a 2-decade "
-            "learning-rate sweep, 3 seeds (cpu tier). Fixed before any run of this version.",
-    seeds=3, bootstrap_resamples=2000, bootstrap_seed=0, interval=0.95,
-    thresholds=(
-        *V1_THRESHOLDS,
-    ),
-    claims=(
-        PERI_FLATTER,
-        DT_FLATTER,
-        PERI_MATCHES_BEST,
-        Claim("pre_diverges_more", "Pre-LN diverges more often than Peri-LN over the sweep",
-              metric="divergences", better="Peri-LN", worse="Pre-LN"),
-    ),
-)
-
-PROTOCOL_V0 = Protocol(
-    name="stability", version=0, kind=COMPARISON,
-    summary="Failures counted at one stress learning rate after 150 steps. Its failure margin "
-            "(0.25 nats) was chosen after the pilot runs, so its verdicts are not evidence; kept "
-            "so its committed results stay readable (nplace/studies/outcomes.py: `failures`).",
-    seeds=3, bootstrap_resamples=0, bootstrap_seed=0, interval=0.95,
-    thresholds=(Threshold("failure_margin", 0.25, "nats below the frequency loss a run must reach"),
-                Threshold("spike_rebound", 1.0, "nats above the running minimum of the train loss")),
-    claims=(),
-)
-
-V0_WEIGHT_DECAYS = (0.1, 0.0)
-V0_PLACEMENTS = (_model("pre"), _model("peri"), _model("peri", dt=0.1), _model("peri", embed_norm=True))
-V0_STRESS_LR = 3e-2  # protocol 0: the lowest rate of its scan at which Pre-LN stopped learning
-V0_SCAN_LRS = (1e-3, 3e-3, 1e-2, 3e-2)
-V0_PAPER_SCAN_LRS = (3e-4, 6e-4, 1.2e-3, 2.4e-3)
-VARIANTS = ("cpu", "cpu_wide", "gpu", "paper", "v4_pilot", "v4_fixed", "v4_embed", "placements", "v1_cpu", "v1_gpu", "v1_paper", "v0_stress", "v0_lr_scan",
-            "v0_paper", "v0_paper_lr_scan")
+VARIANTS = ("cpu", "cpu_wide", "gpu", "paper", "v4_pilot", "v4_fixed", "v4_embed", "placements")
+DECLARED = {"cpu": 2, "cpu_wide": 3}  # the archived protocol versions these grids ran under
 
 
 def _small(steps: int, batch_size: int, seq_len: int) -> ml_collections.ConfigDict:
@@ -484,13 +273,6 @@ def _small(steps: int, batch_size: int, seq_len: int) -> ml_collections.ConfigDi
   return c
 
 
-def _v0_stress() -> ml_collections.ConfigDict:
-  """Protocol 0's model: 12 layers of width 64, ~40 s a trial on 2 cores."""
-  c = _small(150, 16, 64)
-  c.optim.lr = V0_STRESS_LR
-  return c
-
-
 def _gpu() -> ml_collections.ConfigDict:
   c = _small(2000, 16, 256)
   c.model.update(vocab_size=2048, dtype="bfloat16")
@@ -499,9 +281,9 @@ def _gpu() -> ml_collections.ConfigDict:
   return c
 
 
-def _v2(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Protocol 2's logging of a tier's config: every step's loss (outcome rules 2 read it),
-  evaluated and saved at each quarter (the horizons; a killed cell resumes from the last)."""
+def _every_step_logged(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A tier's config with every step's loss logged (the outcome rules read it), evaluated and
+  saved at each quarter (the horizons; a killed cell resumes from the last)."""
   quarter = c.train.steps // 4
   c.train.update(log_every=1, eval_every=quarter)
   c.checkpoint.every = min(c.checkpoint.every, quarter)
@@ -525,46 +307,53 @@ def _split(arg: str) -> tuple[str, str]:
   variant, _, size = arg.partition(",")
   if variant not in VARIANTS:
     raise ValueError(f"stability variant {arg!r}: expected one of {', '.join(VARIANTS)} "
-                     "(paper variants take ,SIZE)")
-  if size and "paper" not in variant:
-    raise ValueError(f"stability variant {arg!r}: only paper variants take a SIZE")
+                     "(paper takes ,SIZE)")
+  if size and variant != "paper":
+    raise ValueError(f"stability variant {arg!r}: only paper takes a SIZE")
   return variant, size or "124m"
 
 
-def _tier(variant: str) -> tuple[str, bool]:
-  """(the tier whose model and schedule a protocol 1-4 variant trains, whether it is protocol 1's)."""
-  if variant.startswith("v4") or variant == "placements":
-    return "cpu", False
-  return variant.removeprefix("v1_").removesuffix("_wide"), variant.startswith("v1")
+def _tier(variant: str) -> str:
+  """The tier whose model and schedule a variant trains: every grid but gpu's and paper's is cpu's."""
+  return variant if variant in ("gpu", "paper") else "cpu"
+
+
+def _swept(variant: str) -> list[dict]:
+  """A learning-rate sweep of the five arms over its tier's shapes."""
+  depths, widths, seeds = TIERS[_tier(variant)]
+  shapes = [{}] if variant == "paper" else [{"model.n_layer": d, "model.d_model": w} for d in depths for w in widths]
+  return [{**shape, **arm, "optim.lr": lr, "seed": seed}
+          for shape in shapes for arm in ARMS.values() for lr in SWEEP_LRS[variant] for seed in seeds]
 
 
 def _v4_sweep(variant: str) -> list[dict]:
-  """Protocol 4's trials, at depth 12 x 32 and with the keys in cpu's order (so names line up)."""
+  """Protocol 4's own grids, at depth 12 x 32 and with the keys in cpu's order (so names line up)."""
   shape = {"model.n_layer": 12, "model.d_model": 32}
   if variant == "v4_pilot":
     return [{**shape, **ARMS_V4["Pre-LN"], "optim.lr": lr, "seed": s} for lr in PILOT_LRS for s in PILOT_SEEDS]
   if variant == "placements":
-    return [{**shape, **arm, "optim.lr": lr, "seed": s} for arm in PLACEMENT_ARMS.values() for lr in LRS_V3
+    return [{**shape, **arm, "optim.lr": lr, "seed": s} for arm in PLACEMENT_ARMS.values() for lr in WIDE_LRS
             for s in PLACEMENT_SEEDS]
   if variant == "v4_fixed":
-    rates = (TUNED_LR,) if EDGE_LR is None else (TUNED_LR, EDGE_LR)
-    return [{**shape, **arm, "optim.lr": lr, "seed": s} for arm in ARMS_V4.values() for lr in rates
+    return [{**shape, **arm, "optim.lr": lr, "seed": s} for arm in ARMS_V4.values() for lr in (TUNED_LR, EDGE_LR)
             for s in FIXED_SEEDS]
   return [{**shape, **ARMS_V4[arm], "optim.lr": lr, "seed": s} for arm in PROTOCOL_V4_EMBED.arms
-          for lr in LRS_V2 for s in TIERS_V2["cpu"][2]]
+          for lr in LRS for s in TIERS["cpu"][2]]
 
 
 def protocol(arg: str = "cpu") -> Protocol:
-  """The protocol a variant's results are judged by."""
+  """The current protocol a variant's results are judged by."""
   variant, _ = _split(arg)
-  own = {"cpu_wide": PROTOCOL_V3, "v4_pilot": PROTOCOL_V4_PILOT, "v4_fixed": PROTOCOL_V4_FIXED,
-         "v4_embed": PROTOCOL_V4_EMBED, "placements": PROTOCOL_PLACEMENTS}
-  return own.get(variant) or {"v0": PROTOCOL_V0, "v1": PROTOCOL_V1}.get(variant[:2], PROTOCOL)
+  return {"cpu": PROTOCOL_V4_REJUDGED, "cpu_wide": PROTOCOL_V4_REJUDGED, "v4_pilot": PROTOCOL_V4_PILOT,
+          "v4_fixed": PROTOCOL_V4_FIXED, "v4_embed": PROTOCOL_V4_EMBED,
+          "placements": PROTOCOL_PLACEMENTS}.get(variant, PROTOCOL_V4_SWEEP)
 
 
-def rejudged_by(arg: str = "cpu") -> tuple[Protocol, ...]:
-  """Later protocols that judge this variant's filed trials again: a new verdict beside the old."""
-  return (PROTOCOL_V4_REJUDGED,) if _split(arg)[0] in ("cpu", "cpu_wide") else ()
+def declared(arg: str = "cpu") -> int:
+  """The protocol version a variant's grid was declared under: a later `protocol(arg)` re-judges
+  its filed trials."""
+  variant, _ = _split(arg)
+  return DECLARED.get(variant, protocol(arg).version)
 
 
 def reuses(arg: str = "cpu") -> str | None:
@@ -577,29 +366,11 @@ def reuses(arg: str = "cpu") -> str | None:
 
 def get_config(arg: str = "cpu"):
   variant, size = _split(arg)
-  if variant.startswith("v0"):
-    return _paper(size) if "paper" in variant else _v0_stress()
-  tier, v1 = _tier(variant)
-  # protocol 2's cpu trials see 1M tokens: protocol 1's 300 steps were half a token per parameter
-  c = {"cpu": lambda: _small(300 if v1 else 1000, 16, 64), "gpu": _gpu, "paper": lambda: _paper(size)}[tier]()
-  return c if v1 else _v2(c)
+  # 1,000 steps of 16 x 64 on cpu: 1M tokens a trial
+  tier = {"cpu": lambda: _small(1000, 16, 64), "gpu": _gpu, "paper": lambda: _paper(size)}[_tier(variant)]
+  return _every_step_logged(tier())
 
 
 def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
-  if variant.startswith("v4") or variant == "placements":
-    return _v4_sweep(variant)
-  tier, v1 = _tier(variant)
-  if tier in TIERS:
-    depths, widths, seeds = (TIERS if v1 else TIERS_V2)[tier]
-    lrs = {"cpu_wide": LRS_V3, "paper": PAPER_LRS_V2, "v1_paper": PAPER_LRS}.get(variant, LRS if v1 else LRS_V2)
-    shapes = [{}] if tier == "paper" else [{"model.n_layer": d, "model.d_model": w}
-                                           for d in depths for w in widths]
-    return [{**shape, **arm, "optim.lr": lr, "seed": seed}
-            for shape in shapes for arm in (ARMS if v1 else ARMS_V2).values() for lr in lrs for seed in seeds]
-  if variant.endswith("lr_scan"):
-    lrs = V0_PAPER_SCAN_LRS if "paper" in variant else V0_SCAN_LRS
-    return [{**model, "optim.lr": lr} for model in V0_PLACEMENTS + (_model("post"),) for lr in lrs]
-  placements = V0_PLACEMENTS if variant == "v0_stress" else V0_PLACEMENTS + (_model("post"),)
-  return [{**model, "optim.weight_decay": wd, "seed": seed}
-          for model in placements for wd in V0_WEIGHT_DECAYS for seed in (range(3) if variant == "v0_stress" else range(5))]
+  return _swept(variant) if variant in SWEEP_LRS else _v4_sweep(variant)

@@ -16,27 +16,21 @@ from typing import Callable
 
 # What a study measures, and so which measuring class and page section it gets
 # (nplace/studies/measures.py, nplace/studies/report/page.py).
-LR_SWEEP = "lr sweep"  # each arm's final loss over a learning-rate sweep: LR sensitivity
-STABILITY_SWEEP = "stability sweep"  # ... with failure regions, maximum stable rates, blow-ups, horizons
+# each arm's final loss over a learning-rate sweep: LR sensitivity, failure regions, maximum stable rates,
+# blow-ups, horizons
+STABILITY_SWEEP = "stability sweep"
 COMPARISON = "unswept comparison"  # one learning rate: each arm's final loss
 GROWTH_PER_SEED = "growth over depth, per seed"  # fits per seed, intervals over the seeds
 COLLAPSE_MECHANISMS = "collapse mechanisms"  # study B: plateaus, probes, the norms' accounting, the order of events
-LAB = "lab ranking"  # the lab's init-time score against a sweep's measured outcome
 FIXED_RATES = "failures at fixed rates"  # many seeds per arm at a few declared learning rates
 # maximum stable rates over model widths: per-width comparisons, trends against size, a blind prediction
 SCALE_LADDER = "scale ladder"
-KINDS = (LR_SWEEP, STABILITY_SWEEP, COMPARISON, GROWTH_PER_SEED, COLLAPSE_MECHANISMS,
-         LAB, FIXED_RATES, SCALE_LADDER)
+KINDS = (STABILITY_SWEEP, COMPARISON, GROWTH_PER_SEED, COLLAPSE_MECHANISMS, FIXED_RATES, SCALE_LADDER)
 
 BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
 # A claim's own method where its values are quantised (nplace/studies/exact.py): an exact
 # permutation test of the shift between the arms, against the margin both ways.
 PERMUTATION = "exact permutation"
-# How `divergences` claims compare two arms' diverged-run counts over the grid: the raw counts
-# (`worse` diverged in more runs), Fisher's exact test one-sided at the `failure_p` threshold, or
-# an exact test within strata (each model shape and rate: Cochran-Mantel-Haenszel's statistic
-# under its exact conditional distribution), so that rates where every run failed decide nothing.
-RAW_COUNTS, FISHER, STRATIFIED = "raw counts", "fisher", "stratified exact"
 # How a verdict is read: reproduced / not reproduced, or reproduced / contradicted /
 # inconclusive (nplace/studies/three_way.py); either may be "not testable" for missing data.
 TWO_WAY, THREE_WAY = "two-way", "three-way"
@@ -63,7 +57,9 @@ class Claim:
   """A comparison of two arms: `better` has the lower metric than `worse` in every model shape of
   the grid, by more than the protocol's `min_effect` at the whole confidence interval over seeds.
   With `matches`, `better` only has to be no worse than `worse` by `min_effect` (the interval's
-  top). `divergences` is counted over every run of the arm instead: `better` diverged less often.
+  top). `divergences` counts diverged runs instead, by an exact test within strata (each model
+  shape and rate: Cochran-Mantel-Haenszel's statistic under its exact conditional distribution), so
+  that rates where every run failed decide nothing: `better` diverged less often (three-way only).
   A claim about one arm names it as `arm` and leaves `better` and `worse` unset."""
   id: str
   statement: str
@@ -90,15 +86,12 @@ class Claim:
 
 
 @dataclasses.dataclass(frozen=True)
-class LabClaim:
-  """A claim about the lab's prediction of a sweep's outcome, judged over the sweep's
-  configurations (nplace/studies/ranking.py), not between arms."""
-  id: str
-  statement: str
-  metric: str  # rho_above_zero | rho_at_target | max_lr_right | max_lr_rho_above_zero | right_more_than | ranks_better_than
-  source: str = SEED_CLAIM
-  baseline: str | None = None  # the rule a *_than claim compares with: a key of the grid file's LAB_BASELINES
-  given: str | None = None  # a claim of the same protocol that must be reproduced for this one to be (its "... and")
+class FixedRate:
+  """A learning rate a fixed-rate protocol's claims are about, and why that rate: a verdict at
+  one rate says what holds there, so the page prints the reason beside the failure counts."""
+  lr: float
+  name: str  # what the claims call it ("Pre-LN's tuned rate")
+  why: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,9 +120,8 @@ class Protocol:
   bootstrap_seed: int
   interval: float  # the confidence level of every interval
   thresholds: tuple[Threshold, ...]
-  claims: tuple[Claim | LabClaim, ...]
+  claims: tuple[Claim, ...]
   interval_method: str = BOOTSTRAP  # BOOTSTRAP | WELCH_T (module doc)
-  divergence_test: str = RAW_COUNTS  # RAW_COUNTS | FISHER | STRATIFIED
   verdicts: str = TWO_WAY  # TWO_WAY | THREE_WAY
   # Every step's loss is read for blow-ups above the loss at init (nplace/studies/outcomes.py):
   # one the run did not recover from is a divergence, spikes count from the first step, and the
@@ -144,10 +136,7 @@ class Protocol:
   stable_needs_no_blow_up: bool = False
   horizons: tuple[float, ...] = (1.0,)  # fractions of the run at which every verdict is judged
   arms: dict | None = None  # label -> overrides; None: the grid module's ARMS
-  lab: "Protocol | None" = None  # the lab protocol that ranks the lab's predictions on this grid
-  # A lab protocol's bootstrap resamples the configurations as well as each one's seeds: rho's
-  # interval then covers another choice of configurations, not only other seeds.
-  resample_configurations: bool = False
+  rates: tuple[FixedRate, ...] = ()  # FIXED_RATES: the rates its claims are about, and why each
   ladder: ScaleLadder | None = None  # a scale ladder's fit, prediction and what its page sets beside it
 
   def threshold(self, name: str) -> float:

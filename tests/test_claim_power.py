@@ -127,11 +127,12 @@ def test_rates_where_every_run_failed_decide_nothing():
 
 
 def test_a_run_that_blew_up_and_recovered_is_not_stable_at_its_rate():
-  """The trap of protocol 2: a run 30 nats up at step 100 that learned once the schedule had cut
-  the rate counted as learned there; under protocol 4 it is not stable at that rate."""
+  """The trap of protocol 2's rules: a run 30 nats up at step 100 that learned once the schedule
+  had cut the rate counted as learned there; under protocol 4 it is not stable at that rate."""
   trials = [fixed_trial("Peri-LN", lr, 0, failed=False, blow_up=lr == 1.0) for lr in (0.1, 1.0)]
   arms = {"Peri-LN": STABILITY.ARMS_V4["Peri-LN"]}
-  before = lr_sensitivity.Measures(STABILITY.PROTOCOL, arms, trials)
+  protocol_2_rule = dataclasses.replace(STABILITY.PROTOCOL_V4_REJUDGED, stable_needs_no_blow_up=False)
+  before = lr_sensitivity.Measures(protocol_2_rule, arms, trials)
   after = lr_sensitivity.Measures(STABILITY.PROTOCOL_V4_REJUDGED, arms, trials)
   assert before.max_stable_lr("Peri-LN", "depth 12, width 32", 0) == 1.0
   assert after.max_stable_lr("Peri-LN", "depth 12, width 32", 0) == 0.1
@@ -248,7 +249,7 @@ def test_strata_where_every_run_failed_or_none_did_reproduce_nothing():
   protocol = STABILITY.PROTOCOL_V4_REJUDGED
   claim = _claim(protocol, "pre_diverges_more")
   strata = {(shape, lr): (np.full(5, lr > 0.5), np.full(5, lr > 0.5))
-            for shape in ("depth 6, width 32", DEPTH_12) for lr in STABILITY.LRS_V2}
+            for shape in ("depth 6, width 32", DEPTH_12) for lr in STABILITY.LRS}
   assert three_way.decide(claim, protocol, three_way.Counts(strata)).verdict in (v.INCONCLUSIVE, v.NOT_TESTABLE)
 
 
@@ -268,7 +269,7 @@ def test_incomplete_sweeps_and_seeds_stable_nowhere_are_not_testable():
   stable at no rate, leaves the claim not testable (never reproduced on what is there)."""
   protocol = STABILITY.PROTOCOL_V4_EMBED
   full = [fixed_trial(arm, lr, seed, failed=lr > 0.2) for arm in protocol.arms
-          for lr in STABILITY.LRS_V2 for seed in range(5)]
+          for lr in STABILITY.LRS for seed in range(5)]
   partial = [t for t in full if not (t.overrides["seed"] == 4 and t.overrides["optim.lr"] == 1e-3
                                      and t.overrides["model.embed_norm"] and t.overrides["model.placement"] == "pre")]
   measures = lr_sensitivity.Measures(protocol, protocol.arms, partial, expected=STABILITY.get_sweep("v4_embed"))
@@ -347,7 +348,7 @@ def test_a_shift_exactly_at_min_lr_gap_reproduces_a_higher_max_rate_at_most_5_pe
 def test_maximum_rates_censored_at_the_top_of_the_sweep_contradict_nothing():
   protocol = STABILITY.PROTOCOL_V4_EMBED
   trials = [fixed_trial(arm, lr, seed, failed=False) for arm in protocol.arms
-            for lr in STABILITY.LRS_V2 for seed in range(5)]
+            for lr in STABILITY.LRS for seed in range(5)]
   measures = lr_sensitivity.Measures(protocol, protocol.arms, trials)
   verdicts = {x.claim.id: x.verdict for x in three_way.judge_all(protocol, measures)}
   assert v.CONTRADICTED not in verdicts.values(), verdicts

@@ -9,28 +9,23 @@ from nplace import protocol as p
 from nplace.studies import intervals, judge, verdict as v
 
 PROTOCOL = p.Protocol(
-    name="test", version=3, kind=p.LR_SWEEP, summary="", seeds=3, bootstrap_resamples=500, bootstrap_seed=0, interval=0.95,
+    name="test", version=3, kind=p.STABILITY_SWEEP, summary="", seeds=3, bootstrap_resamples=500, bootstrap_seed=0, interval=0.95,
     thresholds=(p.Threshold("min_effect", 0.1, ""),),
     claims=(p.Claim("flatter", "B is flatter than W", "lr_sensitivity", better="B", worse="W"),
-            p.Claim("matches", "B matches W at its best", "best_loss", better="B", worse="W", matches=True),
-            p.Claim("diverges", "W diverges more", "divergences", better="B", worse="W")))
+            p.Claim("matches", "B matches W at its best", "best_loss", better="B", worse="W", matches=True)))
 
 
 @dataclasses.dataclass
 class Fake:
-  """What judge reads: per-seed values per (metric, arm, shape), divergence counts per arm."""
+  """What judge reads: per-seed values per (metric, arm, shape)."""
   values: dict
-  diverged: dict
   shapes: tuple = ("small", "large")
 
   def per_seed(self, metric, arm, shape):
     return self.values[metric, arm, shape]
 
-  def divergences(self, arm):
-    return self.diverged[arm], 15
 
-
-def fake(flat_gap, best_gap, diverged=(0, 3), missing=False):
+def fake(flat_gap, best_gap, missing=False):
   values = {}
   for shape in Fake.shapes:
     values["lr_sensitivity", "B", shape] = [0.50, 0.52, 0.48]
@@ -39,7 +34,7 @@ def fake(flat_gap, best_gap, diverged=(0, 3), missing=False):
     values["best_loss", "B", shape] = [2.00 + best_gap + d for d in (0.01, -0.01, 0.0)]
   if missing:
     values["lr_sensitivity", "B", "large"] = [0.5, None, 0.5]
-  return Fake(values, dict(zip("BW", diverged)))
+  return Fake(values)
 
 
 def verdicts(measures, protocol=PROTOCOL):
@@ -47,18 +42,15 @@ def verdicts(measures, protocol=PROTOCOL):
 
 
 def test_clear_effects_are_reproduced():
-  assert verdicts(fake(flat_gap=0.5, best_gap=-0.05)) == {
-      "flatter": v.REPRODUCED, "matches": v.REPRODUCED, "diverges": v.REPRODUCED}
+  assert verdicts(fake(flat_gap=0.5, best_gap=-0.05)) == {"flatter": v.REPRODUCED, "matches": v.REPRODUCED}
 
 
 def test_an_effect_inside_the_margin_or_reversed_is_not_reproduced():
-  assert verdicts(fake(flat_gap=0.05, best_gap=0.3, diverged=(2, 1))) == {
-      "flatter": v.NOT_REPRODUCED, "matches": v.NOT_REPRODUCED, "diverges": v.NOT_REPRODUCED}
+  assert verdicts(fake(flat_gap=0.05, best_gap=0.3)) == {"flatter": v.NOT_REPRODUCED, "matches": v.NOT_REPRODUCED}
 
 
-def test_missing_runs_and_no_divergence_at_all_are_not_testable():
-  assert verdicts(fake(flat_gap=0.5, best_gap=0.0, diverged=(0, 0), missing=True)) == {
-      "flatter": v.NOT_TESTABLE, "matches": v.REPRODUCED, "diverges": v.NOT_TESTABLE}
+def test_missing_runs_are_not_testable():
+  assert verdicts(fake(flat_gap=0.5, best_gap=0.0, missing=True)) == {"flatter": v.NOT_TESTABLE, "matches": v.REPRODUCED}
 
 
 def test_effects_carry_the_mean_and_a_bootstrap_interval_around_it():
@@ -112,31 +104,17 @@ def test_welch_t_intervals_match_scipy_and_a_bootstrap_of_3_seeds_is_their_range
   assert (low, high) == pytest.approx((0.064, 0.259))
 
 
-def test_protocol_2_judges_divergence_counts_by_fishers_exact_test():
-  fisher = dataclasses.replace(PROTOCOL, divergence_test=p.FISHER,
-                               thresholds=PROTOCOL.thresholds + (p.Threshold("failure_p", 0.05, ""),))
-  from scipy import stats
-  for diverged, expected in (((0, 5), v.REPRODUCED), ((0, 3), v.NOT_REPRODUCED), ((2, 6), v.NOT_REPRODUCED)):
-    [verdict] = [v for v in judge.judge(fisher, fake(0.5, 0.0, diverged)) if v.claim.id == "diverges"]
-    p_value = stats.fisher_exact([[diverged[1], 15 - diverged[1]], [diverged[0], 15 - diverged[0]]],
-                                 alternative="greater").pvalue
-    assert verdict.verdict == expected and (p_value < 0.05) == (expected == v.REPRODUCED)
-    assert f"p = {p_value:.3g}" in verdict.would_change
-  # the raw counts (protocol 1's divergence_test): 3 against 0 is enough
-  assert verdicts(fake(0.5, 0.0, (0, 3)))["diverges"] == v.REPRODUCED
-
-
 def test_the_maximum_stable_rate_is_judged_in_decades_against_min_lr_gap():
   gap = dataclasses.replace(PROTOCOL, claims=(p.Claim("higher", "B learns at higher rates", "max_stable_lr", "B", "W"),),
                             thresholds=PROTOCOL.thresholds + (p.Threshold("min_lr_gap", 0.25, ""),))
   values = {("max_stable_lr", "B", s): [1.0, 1.0, 1.5] for s in Fake.shapes}  # -log10: 1e-1, 1e-1, 10^-1.5
   values |= {("max_stable_lr", "W", s): [2.0, 2.5, 2.0] for s in Fake.shapes}
-  [verdict] = judge.judge(gap, Fake(values, {}))
+  [verdict] = judge.judge(gap, Fake(values))
   assert verdict.verdict == v.REPRODUCED and verdict.effects[0].what == "worse − better, decades"
   values["max_stable_lr", "W", "large"] = [1.0, 1.5, 1.0]  # within the gap in one shape
-  assert judge.judge(gap, Fake(values, {}))[0].verdict == v.NOT_REPRODUCED
+  assert judge.judge(gap, Fake(values))[0].verdict == v.NOT_REPRODUCED
   values["max_stable_lr", "W", "large"] = [2.0, None, 2.0]  # a seed that learned at no rate
-  assert judge.judge(gap, Fake(values, {}))[0].verdict == v.NOT_TESTABLE
+  assert judge.judge(gap, Fake(values))[0].verdict == v.NOT_TESTABLE
 
 
 def test_a_claim_with_fewer_seeds_than_declared_or_a_grid_part_missing_is_not_testable():
@@ -152,7 +130,7 @@ def test_a_claim_with_fewer_seeds_than_declared_or_a_grid_part_missing_is_not_te
   assert "depth 12 (175 trials)" in found["flatter"].would_change and "finished ones: reproduced" in found["flatter"].would_change
 
 
-THREE_WAY = dataclasses.replace(PROTOCOL, interval_method=p.WELCH_T, verdicts=p.THREE_WAY, claims=PROTOCOL.claims[:2])
+THREE_WAY = dataclasses.replace(PROTOCOL, interval_method=p.WELCH_T, verdicts=p.THREE_WAY)
 
 
 @pytest.mark.parametrize("gap,best,flatter,matches", [

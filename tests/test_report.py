@@ -25,7 +25,7 @@ NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 PNG = b"\x89PNG\r\n\x1a\n"
 GRID_FILE = """
 from nplace.config import experiment
-from nplace.protocol import COMPARISON, Claim, Protocol, Threshold
+from nplace.protocol import COMPARISON, THREE_WAY, Claim, Protocol, Threshold
 
 ARMS = {"Pre-LN": {"model.placement": "pre"}, "Peri-LN": {"model.placement": "peri"}}
 SEED_SETTING = "a test"
@@ -34,9 +34,9 @@ SEED_SETTING = "a test"
 def protocol(arg="test"):
   return Protocol("test grid", 1, COMPARISON, "Pre-LN at a huge learning rate.", 2, 100, 0, 0.95,
                   (Threshold("min_effect", 0.05, "nats"), Threshold("did_not_learn", 0.1, "fraction"),
-                   Threshold("spike_rebound", 1.0, "nats")),
+                   Threshold("spike_rebound", 1.0, "nats"), Threshold("failure_p", 0.025, "p")),
                   (Claim("pre_diverges_more", "Pre-LN diverges more often", "divergences",
-                         better="Peri-LN", worse="Pre-LN"),))
+                         better="Peri-LN", worse="Pre-LN"),), verdicts=THREE_WAY)
 
 
 def get_config(arg="test"):
@@ -118,7 +118,10 @@ def test_results_file_a_sweep_and_regenerate_the_readme_from_them_alone(grid, tm
   text = (results_dir / "README.md").read_text()
   assert "test grid, protocol v1" in text and figures(results_dir, text)
   assert re.search(r"4 trials of \d+ steps \(2 stopped early as they diverged, at step \d+\)\.", text)
-  assert table(text, "| claim |")[0]["verdict"] == "**reproduced**"  # Pre-LN 2 of 2 diverged, Peri-LN 0
+  # Pre-LN 2 of 2 diverged, Peri-LN 0, but at no common rate: the exact test within rates has no stratum
+  claim = table(text, "| claim |")[0]
+  assert claim["verdict"] == "**not testable at this tier**" and claim["what would change it"] == (
+      "runs of both arms at a common rate")
   assert [(r["arm"], r["lr"], r["diverged"], r["learned"]) for r in table(text, "| shape | arm | lr |")] == [
       ("Pre-LN", "1e+30", "2", "0"), ("Peri-LN", "-", "0", "0")]
   results_page.write(results_dir)  # again, from the filed results alone: the same page

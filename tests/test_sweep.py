@@ -133,7 +133,7 @@ def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsy
 @pytest.mark.parametrize("grid,trials,cells", [
     ("stability.py:cpu", 350, 24), ("stability.py:cpu_wide", 100, 8), ("stability.py:gpu", 350, 24),
     ("stability.py:paper,350m", 175, 12),
-    ("stability.py:v1_cpu", 180, 12), ("growth.py:v3_cpu", 60, 10), ("growth.py:v3_gpu", 60, 10),
+    ("growth.py:v3_cpu", 60, 10), ("growth.py:v3_gpu", 60, 10),
     ("collapse.py:cpu", 18, 6), ("collapse.py:v3_cpu", 18, 6), ("collapse.py:gpu", 30, 6),
     ("collapse.py:paper", 18, 6)])
 def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells, tmp_path, capsys):

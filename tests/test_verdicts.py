@@ -1,5 +1,6 @@
 """results/README.md is exactly what `nplace report --results results/` makes of the committed
 results: nothing on the page was typed by hand."""
+import dataclasses
 import json
 import math
 import pathlib
@@ -36,7 +37,7 @@ def test_the_committed_results_page_is_its_regeneration(tmp_path):
 
 
 def _constructed_trial(overrides: dict, steps=1000, vocab=512, freq=4.48, rate=1.45):
-  """A protocol-2 trial whose fate follows its rate: Pre-LN learns below 10^-0.5 and from there
+  """A trial of study A's cpu grid whose fate follows its rate: Pre-LN learns below 10^-0.5 and from there
   blows up above init for good (diverged); Peri-LN learns below 1 and at 1 stays near the
   frequency loss (did not learn)."""
   lr, seed = overrides["optim.lr"], overrides["seed"]
@@ -51,10 +52,11 @@ def _constructed_trial(overrides: dict, steps=1000, vocab=512, freq=4.48, rate=1
   return Trial(grid.trial_name(overrides), overrides, summary, loss, 50, vocab, val_loss=val)
 
 
-def test_a_protocol_2_study_run_in_part_is_judged_at_every_horizon_and_says_what_is_missing(tmp_path):
-  """Study A's protocol 2 on constructed trials of its first shape only: the page names the
-  missing part, gives every claim `not testable` with what the finished part shows, a horizon
-  table, each seed's maximum stable rate and the failure region."""
+def test_a_sweep_run_in_part_is_judged_at_every_horizon_and_says_what_is_missing(tmp_path):
+  """Study A's cpu grid (declared under protocol 2, judged by protocol 4's re-judgement) on
+  constructed trials of its first shape only: the page names the missing part, gives every claim
+  `not testable` with what the finished part shows, a horizon table, each seed's maximum stable
+  rate and the failure region."""
   from nplace.studies import grid
   study = tmp_path / "results" / "stability_cpu"
   study.mkdir(parents=True)
@@ -63,11 +65,12 @@ def test_a_protocol_2_study_run_in_part_is_judged_at_every_horizon_and_says_what
   trials = [_constructed_trial(o) for o in sweep if o["model.n_layer"] == 6]
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
   page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
-  assert "## stability, protocol v2" in page and "Welch t-intervals over the 5 seeds" in page
+  assert "## stability, protocol v4: `experiments/stability.py:cpu` (protocol 2's trials, re-judged)" in page
+  assert "Version 4's rules on the trials version 2 ran" in page and "Verdicts are three-way" in page
   assert "**Partly run**: not yet filed: depth 12, width 32 (175 trials)" in page
   verdict_rows = [line for line in page.splitlines() if "(`pre_diverges_more`)" in line]
   assert verdict_rows and "**not testable at this tier**" in verdict_rows[0]
-  assert "finished ones: reproduced" in verdict_rows[0]  # 25 Pre-LN trials diverged, no Peri-LN one
+  assert "finished ones: reproduced" in verdict_rows[0]  # every Pre-LN trial from 10^-0.5 diverged, no Peri-LN one
   assert "| claim | 0.25 of the run | 0.5 of the run | the end |" in page
   row = next(line for line in page.splitlines() if line.startswith("| depth 6, width 32 | Pre-LN |"))
   assert "| 0.1, 0.1, 0.1, 0.1, 0.1 |" in row and "| 10 / 0 of 35 |" in row and row.endswith("| yes |")
@@ -76,8 +79,8 @@ def test_a_protocol_2_study_run_in_part_is_judged_at_every_horizon_and_says_what
 
 
 def test_a_widened_grid_is_judged_on_its_own_trials_and_the_ones_it_reuses(tmp_path):
-  """Study A's protocol 3 (`stability.py:cpu_wide`) files only the rates above protocol 2's top;
-  its page judges all 9 rates, protocol 2's filed trials included, and says whose they are."""
+  """Study A's cpu_wide grid (declared under protocol 3) files only the rates above cpu's top; its
+  page judges all 9 rates, cpu's filed trials included, and says whose they are."""
   module = grid.load_module(RESULTS.parent / "experiments" / "stability.py")
   for variant, keep in (("cpu", lambda o: True),
                         ("cpu_wide", lambda o: o["model.n_layer"] == 6 and o["optim.lr"] > 1)):
@@ -88,7 +91,7 @@ def test_a_widened_grid_is_judged_on_its_own_trials_and_the_ones_it_reuses(tmp_p
     (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
   assert module.get_config("cpu_wide").to_dict() == module.get_config("cpu").to_dict()
   page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
-  wide = page.split("## stability, protocol v3")[1]
+  wide = page.split("## stability, protocol v4: `experiments/stability.py:cpu_wide` (protocol 3's trials, re-judged)")[1]
   assert "400 trials" in wide and "350 trials of [stability_cpu/](stability_cpu/), the grid it widens" in wide
   assert "**Partly run**: not yet filed: depth 12, width 32 (50 trials)" in wide
   row = next(line for line in wide.splitlines() if line.startswith("| depth 6, width 32 | Peri-LN |"))
@@ -136,3 +139,17 @@ def test_a_growth_grid_is_judged_per_seed_and_a_missing_seed_is_not_testable(tmp
   (study / "trials.jsonl").write_text("".join(t.to_json() + "\n" for t in trials))
   page = results_page.write(tmp_path / "results", repo=RESULTS.parent).read_text()
   assert "seeds whose growth is not positive at some depth are left out: Peri-LN 1 of 3]" in page
+
+
+def test_the_fixed_rates_section_says_which_rate_is_tuned_and_why_from_the_protocol():
+  """The sentence beside the failure counts is built from the protocol's declared rates, which
+  are the rates its claims are about; a protocol that declares none (the pilot) gets none."""
+  module = grid.load_module(RESULTS.parent / "experiments" / "stability.py")
+  fixed = module.PROTOCOL_V4_FIXED
+  assert {claim.lr for claim in fixed.claims} == {rate.lr for rate in fixed.rates} == {module.TUNED_LR, module.EDGE_LR}
+  [line] = results_page._rates_line(fixed)
+  assert line.startswith("Pre-LN's tuned rate is 0.032 (10^-1.5): the middle of the rates where protocol 2's "
+                         "depth-12 Pre-LN learned best. Pre-LN's edge rate is 0.25 (10^-0.6): ")
+  moved = dataclasses.replace(fixed, rates=(dataclasses.replace(fixed.rates[0], lr=0.01),))
+  assert results_page._rates_line(moved)[0].startswith("Pre-LN's tuned rate is 0.01 (10^-2): ")
+  assert results_page._rates_line(module.PROTOCOL_V4_PILOT) == []

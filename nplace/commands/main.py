@@ -15,7 +15,7 @@ COMMANDS = {  # name -> what it does, in a line
     "sweep": "run an experiment grid, each trial in its own run directory",
     "report": "report.md and its figures for sweeps and runs",
     "plot": "one probe of several runs (or probe JSON files) on one axis",
-    "lab": "a placement's scorecard at init, or the lab's ranking of a sweep",
+    "lab": "a placement's scorecard at init, or each configuration's measured maximum stable rate",
     "compile": "does a run fit a TPU slice? an ahead-of-time compile, per-chip memory",
     "convert": "Hugging Face GPT-2 checkpoints in and out",
     "prepare": "tokenize a data source once into token shards",

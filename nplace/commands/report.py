@@ -1,5 +1,5 @@
 """Writes report.md and its PNG figures for sweeps and runs: one section per directory, chosen by
-what it holds (a study's grid, a learning-rate scan, or plain runs): failure tables, loss
+what it holds (a study's grid or plain runs): failure tables, loss
 curves against the frequency-loss and entropy-rate lines, probe heatmaps and fits, and the
 command behind every run.
 

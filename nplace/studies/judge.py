@@ -1,15 +1,14 @@
 """A protocol's verdicts (nplace/protocol.py declares it): `judge` turns a grid's measurements
 (nplace/studies/measures.py) into one `Verdict` per claim; `sensitivity` judges again with each
-threshold halved and doubled. Two-way claims of the compared metrics and divergence counts are
-judged here, three-way ones by nplace/studies/three_way.py; every other metric by its kind's
-measuring class (`measures.verdict`).
+threshold halved and doubled. Two-way claims of the compared metrics are judged here, three-way
+ones (divergence counts among them) by nplace/studies/three_way.py; every other metric by its
+kind's measuring class (`measures.verdict`).
 """
 import math
 
 import numpy as np
-from scipy import stats
 
-from nplace.protocol import FISHER, THREE_WAY
+from nplace.protocol import THREE_WAY
 from nplace.studies import intervals, three_way
 from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict, partly_run
 
@@ -19,35 +18,17 @@ COMPARED = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")  # per
 MIN_EFFECT = {"max_stable_lr": ("min_lr_gap", "decades")}
 
 
-def _divergence_verdict(claim, protocol, measures) -> Verdict:
-  """Diverged-run counts over the grid, by the protocol's `divergence_test`: Fisher's exact
-  test, one-sided, that `worse` diverges more often; or the raw counts."""
-  (b, b_runs), (w, w_runs) = measures.divergences(claim.better), measures.divergences(claim.worse)
-  if not b_runs or not w_runs:
-    return Verdict(claim, NOT_TESTABLE, (), (b, w), "runs of both arms")
-  if b == w == 0:
-    return Verdict(claim, NOT_TESTABLE, (), (b, w), "a tier at which some run diverges (no run of either arm did)")
-  if protocol.divergence_test != FISHER:
-    return Verdict(claim, REPRODUCED if w > b else NOT_REPRODUCED, (), (b, w),
-                   "more seeds: counts this small move with one run")
-  p = float(stats.fisher_exact([[w, w_runs - w], [b, b_runs - b]], alternative="greater").pvalue)
-  held = p < protocol.threshold("failure_p")
-  return Verdict(claim, REPRODUCED if held else NOT_REPRODUCED, (), (b, w),
-                 f"one-sided Fisher's exact p = {p:.3g} over {w_runs} and {b_runs} runs; "
-                 f"{'a p at or above' if held else 'a p below'} {protocol.threshold('failure_p'):g}")
-
-
 def judge(protocol, measures) -> list[Verdict]:
   """One verdict per claim, two-way or three-way (nplace/studies/three_way.py) as the protocol
   declares. `measures`: per_seed(metric, arm, shape) -> [value per seed] (None where a seed
-  lacks a learning rate), shapes, divergences(arm) -> (count, runs); a claim with another
-  metric is judged by `measures.verdict(claim, protocol)`."""
+  lacks a learning rate) and shapes; a claim with another metric is judged by
+  `measures.verdict(claim, protocol)`."""
   if protocol.verdicts == THREE_WAY:
     return three_way.judge_all(protocol, measures)
   rng = np.random.default_rng(protocol.bootstrap_seed)
   verdicts = []
   for claim in protocol.claims:
-    if claim.metric not in COMPARED + ("divergences",):
+    if claim.metric not in COMPARED:
       verdicts.append(measures.verdict(claim, protocol))
       continue
     verdicts.append(partly_run(judge_one(claim, protocol, measures, rng), getattr(measures, "missing", {})))
@@ -55,9 +36,7 @@ def judge(protocol, measures) -> list[Verdict]:
 
 
 def judge_one(claim, protocol, measures, rng) -> Verdict:
-  """`judge`'s verdict on one claim of a compared metric or of divergence counts."""
-  if claim.metric == "divergences":
-    return _divergence_verdict(claim, protocol, measures)
+  """`judge`'s verdict on one claim of a compared metric."""
   threshold, unit = MIN_EFFECT.get(claim.metric, ("min_effect", "nats"))
   min_effect = protocol.threshold(threshold)
   effects, complete = [], True

@@ -171,11 +171,6 @@ class Measures:
     curves = [self.curve(arm, shape, seed) for seed in self.seeds]
     return [None if c is None else sensitivity([c[i] for i in index], self.cap(arm, shape, "init")) for c in curves]
 
-  def divergences(self, arm: str, shape: str | None = None) -> tuple[int, int]:
-    """(diverged runs, runs) of the arm over the whole grid (or one shape)."""
-    mine = [p for p in self.points if p.arm == arm and shape in (None, p.shape)]
-    return sum(p.outcome == outcomes.DIVERGED for p in mine), len(mine)
-
   def blow_ups(self, arm: str, shape: str, lr=EVERY_RATE) -> list:
     """The transient blow-ups (above the loss at init, then recovered: outcomes.blow_up) of the
     arm's runs in the shape (at one rate, or all)."""

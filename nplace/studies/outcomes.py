@@ -24,8 +24,8 @@ protocol 2; the logged train loss is then every step's, `train.log_every=1`):
   spike (`spikes(..., blow_ups=True)`).
 
 Protocol 0 (`failures`: the summary alone; its margin was set after the pilot runs, kept so
-protocol 0's pages, study A's failure table and the learning-rate scan, read as they were
-judged). A run can fail in more than one way:
+protocol 0's pages (results/v0/) and the sweep report's study A failure table read as they
+were judged). A run can fail in more than one way:
 
 - `nonfinite`: the loss or a gradient was not finite — the run stopped (`status` diverged),
   skipped updates (`skipped_steps` > 0, with `train.on_divergence=skip`), or its final

@@ -17,9 +17,7 @@ from nplace.probes import history
 from nplace.studies.sweep import FINISHED  # statuses whose summary is final
 from nplace.train.summary import Summary, SummaryError
 
-STUDIES = {"stability": "stability", "placements": "stability", "collapse": "collapse",
-           "growth": "growth"}  # grid file stem -> study
-LR_SCAN = "lr_scan"  # a stability grid whose ARG names this is the learning-rate scan
+STUDIES = {"stability": "stability", "collapse": "collapse", "growth": "growth"}  # grid file stem -> study
 
 
 @dataclasses.dataclass
@@ -36,7 +34,7 @@ class Run:
 class Source:
   """The runs found under one DIR argument of `nplace report`."""
   path: epath.Path
-  study: str  # stability | lr_scan | collapse | growth | runs (anything else)
+  study: str  # stability | collapse | growth | runs (anything else)
   config: str | None  # sweep.json's `config` (experiments/NAME.py:ARG)
   runs: list[Run]
 
@@ -46,12 +44,10 @@ class RunsError(ValueError):
 
 
 def study_of(config: str | None) -> str:
-  """The report section for a grid `experiments/NAME.py:ARG`: by NAME, lr_scan by ARG."""
+  """The report section for a grid `experiments/NAME.py:ARG`: by NAME."""
   if not config:
     return "runs"
-  file, _, arg = config.partition(":")
-  study = STUDIES.get(pathlib.Path(file).stem, "runs")
-  return LR_SCAN if study == "stability" and LR_SCAN in arg else study
+  return STUDIES.get(pathlib.Path(config.partition(":")[0]).stem, "runs")
 
 
 def load(path) -> Source:

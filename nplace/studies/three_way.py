@@ -19,7 +19,7 @@ claim's false-positive rate and power from the code that gives its verdict (`ope
   without shifting, and 5 seeds cannot tell the two apart. A seed stable at the sweep's top rate
   may be stable higher still: where `better` has one, the claim is not contradicted; where
   `worse` has one, it is not reproduced.
-- divergences with `divergence_test` STRATIFIED, and fails_more: the exact stratified test over
+- divergences and fails_more: the exact stratified test over
   model shapes and rates (one stratum: Fisher's exact test), each way, at `failure_p`;
   fails_more claims Holm-adjusted over the protocol's fails_more claims.
 - exponential_rate: one arm's per-seed fits over depth (growth protocol 3),
@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from nplace.protocol import PERMUTATION, STRATIFIED
+from nplace.protocol import PERMUTATION
 from nplace.studies import exact, growth_curves, intervals, ladder
 from nplace.studies.verdict import (INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, ROUNDING, Effect, Verdict, partly_run,
                                    reading)
@@ -159,17 +159,13 @@ def sample(claim, protocol, measures):
     return Rate(np.array(found, bool), never) if found else f"runs of {claim.arm} at lr {claim.lr:g}"
   rates = measures.lrs if claim.metric == "divergences" else [claim.lr]
   failed = (lambda p: p.outcome == "diverged") if claim.metric == "divergences" else (lambda p: p.failed)
-  pooled = claim.metric == "divergences" and protocol.divergence_test != STRATIFIED  # one count over the grid
   by_stratum = {}
   for shape in measures.shapes:
     for lr in rates:
       worse = [failed(p) for p in measures.of(claim.worse, shape, lr)]
       better = [failed(p) for p in measures.of(claim.better, shape, lr)]
       if worse and better:
-        key = "the grid" if pooled else (shape, lr)
-        old_worse, old_better = by_stratum.get(key, (np.zeros(0, bool), np.zeros(0, bool)))
-        by_stratum[key] = (np.concatenate([old_worse, worse]).astype(bool),
-                           np.concatenate([old_better, better]).astype(bool))
+        by_stratum[shape, lr] = (np.array(worse, bool), np.array(better, bool))
   return Counts(by_stratum) if by_stratum else "runs of both arms at a common rate"
 
 

@@ -2,7 +2,7 @@
 contradicted, inconclusive; or not testable) with the effects it was read from."""
 import dataclasses
 
-from nplace.protocol import Claim, LabClaim
+from nplace.protocol import Claim
 
 REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable at this tier"
 CONTRADICTED, INCONCLUSIVE = "contradicted", "inconclusive"
@@ -29,7 +29,7 @@ class Effect:
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-  claim: Claim | LabClaim
+  claim: Claim
   verdict: str
   effects: tuple[Effect, ...]  # per shape; () for divergence counts
   counts: tuple[int, int] | None  # (better, worse) divergences, for `divergences`

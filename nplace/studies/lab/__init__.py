@@ -1,6 +1,6 @@
-"""The placement lab: a model's scorecard at init (`measure`), the theory checks and the
-stability rule (`checks`), and the rule scored on a sweep (`rank`, which files STUDY/lab.json
-for nplace/studies/ranking.py to judge).
+"""The placement lab: a model's scorecard at init (`measure`, from the theory checks in
+`checks`), and what the filed grids measured, each configuration's maximum stable rate by size
+(`measured`, `nplace lab --all`).
 
 Rule: the lab may import the model, probes, train, data and the studies below it (`measures`,
-`ranking`, `results`); it never imports `report/`, which shows its scores."""
+`results`, `ladder`); it never imports `report/`."""

@@ -1,8 +1,7 @@
 """A model's scorecard (`nplace lab`): the probe suite and the lab's own measurements on the
 model made `depth` blocks deep and `width` wide, probed at init on a random batch, and the
 loss's curvature on the data's first validation rows at init and after a short Adam warmup on
-the config's own training batches; turned into checks, a score and a prediction (rule version 3:
-nplace/studies/lab/checks.py).
+the config's own training batches; turned into the checks of nplace/studies/lab/checks.py.
 """
 import functools
 import pathlib
@@ -80,7 +79,7 @@ def _sharpness(cfg, params_0, params_K, precond, batch_BT1, key):
 
 
 def measure(config) -> dict:
-  """One model's scorecard: suite results (lists), the checks, score and prediction."""
+  """One model's scorecard: suite results (lists) and the checks drawn from them."""
   cfg = ModelConfig.of(config.model)
   params = decoder.init(cfg, jax.random.key(config.seed))
   batch_BT1, key = inputs.probe_batch(config, held_out=False), inputs.probe_key(config)
@@ -92,11 +91,9 @@ def measure(config) -> dict:
   plain, preconditioned = _sharpness(cfg, params, *adam_warmup(config, params),
                                      inputs.probe_batch(config, held_out=True), key)
   results = {name: np.asarray(v, np.float64).tolist() for name, v in results.items()}
-  sharpness = {"init": float(plain), "preconditioned": float(preconditioned), "b1": config.optim.b1}
+  sharpness = {"init": float(plain), "preconditioned": float(preconditioned)}
   card = lab_checks.checks(results, float(rms_h0), local_2L[0], local_2L[1], sharpness)
-  return {"placement": config.model.placement, "checks": card, "terms": lab_checks.terms(card),
-          "score": lab_checks.score(card), "predicted_max_lr": card["predicted_max_lr"],
-          "prediction": lab_checks.prediction(card),
+  return {"placement": config.model.placement, "checks": card,
           "block_jacobian": np.asarray(local_2L, np.float64).tolist(), "probes": results}
 
 
@@ -111,7 +108,6 @@ def _number(x: float) -> str:
 
 
 ROWS = (  # scorecard row label -> cell of one card
-    ("predicted max stable lr", lambda c: f"{c['predicted_max_lr']:.2g}"),
     (f"lambda_P after {lab_checks.WARMUP_STEPS} Adam steps", lambda c: _number(c["preconditioned_sharpness"])),
     ("lambda_H at init, 2/lambda_H", lambda c: f"{_number(c['sharpness_init'])}, {c['gd_max_lr']:.2g}"),
     ("log10 prod (1+|J_l-I|)", lambda c: f"{c['backward_stability']:.3f}"),
@@ -125,20 +121,16 @@ ROWS = (  # scorecard row label -> cell of one card
                                                  c["backward_products"].items()) or "-"),
     ("grad ratio h_1/h_L", lambda c: _number(c["grad_ratio"])),
     ("|J_{0->L}|_F/sqrt(Td)", lambda c: _number(c["jacobian_0L"])),
-    ("rule v2's score (reported)", lambda c: f"{sum(lab_checks.terms(c).values()):.2f}"),
 )
 
 
 def scorecard(cards: dict) -> str:
-  """The cards side by side (one column per model), then each one's prediction and the rule."""
+  """The cards side by side (one column per model)."""
   names = list(cards)
   rows = [(label, *(cell(cards[n]["checks"]) for n in names)) for label, cell in ROWS]
-  rows.append(("score (-log10 max lr)", *(f"{cards[n]['score']:.2f}" for n in names)))
   width = [max(len(str(r[i])) for r in [("", *names), *rows]) for i in range(len(names) + 1)]
-  lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, width)).rstrip()
-           for row in [("", *names), *rows]]
-  lines += [f"{n}: {cards[n]['prediction']}" for n in names]
-  return "\n".join(lines + [f"rule version {lab_checks.SHARPNESS_RULE_VERSION}: {lab_checks.SHARPNESS_RULE}"])
+  return "\n".join("  ".join(str(cell).ljust(w) for cell, w in zip(row, width)).rstrip()
+                   for row in [("", *names), *rows])
 
 
 def persistent_cache():

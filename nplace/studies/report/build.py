@@ -3,11 +3,10 @@ what it holds (see runs.study_of)."""
 import pathlib
 
 from nplace.studies import markdown, runs as runs_lib
-from nplace.studies.report import generic, growth, lr_scan, study_a, study_b
+from nplace.studies.report import generic, growth, study_a, study_b
 
 SECTIONS = {  # study -> (title, section(page, source, key) -> markdown)
     "stability": ("Study A: stability", study_a.section),
-    "lr_scan": ("Study A: learning-rate scan", lr_scan.section),
     "growth": ("Hidden-state growth over depth", growth.section),
     "collapse": ("Study B: Post-Norm collapse", study_b.section),
     "runs": ("Runs", generic.section),

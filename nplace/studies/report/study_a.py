@@ -1,7 +1,7 @@
 """Study A. A sweep's report (`section`): failures per configuration over seeds (the paper's
 "1/5 and 3/5 vs 0/5"), each failure kind in its own column, and the final metrics as mean ± std
-over seeds. Its results-page tables and figures under a protocol (lr_sensitivity.Measures): LR
-sensitivity per arm, the stability table, loss against learning rate, every grid point."""
+over seeds. Its results-page tables and figures under a protocol (lr_sensitivity.Measures): the
+stability table, loss against learning rate, final losses without a sweep, every grid point."""
 import numpy as np
 
 from nplace.logs import plots
@@ -9,7 +9,7 @@ from nplace.model import size
 from nplace.studies import exact, grid, intervals, markdown, outcomes, runs as runs_lib
 from nplace.studies.report import generic, tables
 
-NO_WEIGHT_DECAY = ", no weight decay"  # the label suffix of protocol 2's arms without weight decay
+NO_WEIGHT_DECAY = ", no weight decay"  # the label suffix of study A's arms without weight decay
 
 METRICS = (  # header, summary key; teacher-forced ROUGE beside the copy baseline it must beat
     ("val loss", "val_loss"), ("val ppl", "val_perplexity"),
@@ -64,33 +64,13 @@ def _mean_cell(values, protocol, rng) -> str:
   return "-" if None in values or not values else markdown.ci(*intervals.mean_interval(values, protocol, rng))
 
 
-def arm_table(protocol, measures) -> str:
-  rng = np.random.default_rng(protocol.bootstrap_seed)
-  rows = []
-  for shape in measures.shapes:
-    for arm in measures.arms:
-      cells = []
-      for metric in ("lr_sensitivity", "frequency_sensitivity", "best_loss"):
-        values = measures.per_seed(metric, arm, shape)
-        cells.append(_mean_cell(values, protocol, rng))
-      lrs, means = measures.mean_curve(arm, shape)
-      best = "-"
-      if len(lrs):
-        at = lrs[int(np.argmin(means))]
-        edge = " (the sweep's edge: optimum not bracketed)" if at in (measures.lrs[0], measures.lrs[-1]) else ""
-        best = f"{at:.2g}{edge}"
-      rows.append([shape, arm, *cells, best])
-  return markdown.table(["shape", "arm", "LR sensitivity (cap ln V)", "LR sensitivity (cap frequency loss)",
-                         "best final loss", "best lr (lowest mean loss)"], rows)
-
-
 def _rates(values) -> str:
   """Per-seed maximum stable rates (-log10 values from per_seed), as rates."""
   return ", ".join("none" if v is None else f"{10 ** -v:.2g}" for v in values)
 
 
 def stability_table(protocol, measures) -> str:
-  """Protocol 2's per-arm table: sensitivity, best loss and its gap to the entropy rate, the
+  """A stability sweep's per-arm table: sensitivity, best loss and its gap to the entropy rate, the
   best rate and whether it is bracketed, each seed's maximum stable rate, failed trials by
   kind, transient blow-ups, and whether the sweep's top rate failed."""
   rng = np.random.default_rng(protocol.bootstrap_seed)
@@ -129,7 +109,7 @@ def training_line(module, arg: str, measures) -> str:
 
 
 def sweep_figures(page, key: str, measures) -> str:
-  """Protocol 2's loss vs learning rate per shape: each seed's point, failed trials as crosses,
+  """Loss vs learning rate per shape: each seed's point, failed trials as crosses,
   the failure region shaded, the arms without weight decay dashed in their arm's colour."""
   parts = []
   for shape in measures.shapes:
@@ -170,25 +150,14 @@ def final_table(protocol, measures) -> str:
 
 
 def figures(page, key: str, measures) -> str:
-  """Per shape: final loss vs learning rate (a sweep), or each arm's final loss per seed."""
+  """Per shape of a grid without a sweep: each arm's final loss per seed."""
   parts = []
   for shape in measures.shapes:
     lines = tables.reference_lines(next(p.trial for p in measures.points if p.shape == shape).summary)
-    if measures.swept:
-      series = {}
-      for arm in measures.arms:
-        lrs, means = measures.mean_curve(arm, shape)
-        if len(lrs):
-          series[arm] = (lrs, means)
-      fig = plots.curves(series, f"peak learning rate ({shape})", "final val loss (nats)", shape, log_x=True,
-                         hlines=lines, legend_above=True)
-      caption = f"final validation loss vs learning rate, {shape}"
-    else:
-      losses = {arm: [measures.final_loss(p) for p in measures.of(arm, shape)] for arm in measures.arms}
-      fig = plots.dots(losses, "final val loss (nats)",
-                       vlines=lines)
-      caption = f"final validation loss per arm (dots: seeds, bar: their mean), {shape}"
-    parts.append(page.figure(fig, f"{key}_{shape}", caption))
+    losses = {arm: [measures.final_loss(p) for p in measures.of(arm, shape)] for arm in measures.arms}
+    fig = plots.dots(losses, "final val loss (nats)", vlines=lines)
+    parts.append(page.figure(fig, f"{key}_{shape}", f"final validation loss per arm (dots: seeds, bar: their mean), "
+                                                     f"{shape}"))
   return "\n\n".join(parts)
 
 
