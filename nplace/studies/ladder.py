@@ -280,8 +280,10 @@ class Ladder:
     self.sweep = lr_sensitivity.Measures(protocol, arms, trials, 1.0, expected)
     self.missing, self.arms, self.seeds = self.sweep.missing, self.sweep.arms, self.sweep.seeds
     self.declared = {}  # (arm, width) -> the log10 rates its sweep declares
+    self.heads = {}  # width -> the heads its models have
     for overrides in expected or [p.trial.overrides for p in self.sweep.points]:
       arm = results.arm_of(arms, overrides)
+      self.heads.setdefault(int(overrides[WIDTH]), int(overrides.get("model.n_head", 0)))
       if arm is not None:
         rates = self.declared.setdefault((arm, int(overrides[WIDTH])), set())
         rates.add(round(math.log10(overrides[lr_sensitivity.LR]), 9))

@@ -65,8 +65,7 @@ def beside_table(results_dir, plan, measures: ladder.Ladder) -> str:
 
 
 def shape_heads(measures, width) -> str:
-  heads = next(int(p.trial.overrides["model.n_head"]) for p in measures.sweep.points
-               if int(p.trial.overrides[ladder.WIDTH]) == width)
+  heads = measures.heads[width]
   return f"{heads} heads of {width // heads}"
 
 
@@ -156,6 +155,8 @@ def prediction_table(plan, measures: ladder.Ladder, beyond: dict, protocol) -> s
       found = measures.predict(arm, plan.fit_widths, x)
       cells.append("-" if found is None else markdown.ci(*found))
     rows.append([arm, *cells])
+  if not rows:
+    return f"(No line yet: widths {', '.join(map(str, plan.fit_widths))} are not all filed.)"
   return markdown.table(["arm", f"predicted at width {plan.blind_width} (log10 rate) [95% interval]",
                          f"measured at {plan.blind_width} (median seed)", f"right within {tolerance:g} decades",
                          f"baseline: width {last}'s median, right", *(f"predicted at {w}" for w in beyond)], rows)
