@@ -29,8 +29,7 @@ biases. Every tier probes at the read steps (nplace/studies/collapse.py: `READ_S
   nplace report runs/collapse --out report           # heatmaps and gradient ratios per run
 """
 from nplace.config import base_config, variant
-from nplace.protocol import COLLAPSE_MECHANISMS, FINDING, Claim, Protocol, Threshold
-
+from nplace.protocol import COLLAPSE_MECHANISMS, FINDING, Claim, Grid, Protocol, Threshold
 SEED_SETTING = "48-layer Transformers on C4"  # where the seed's claims were made
 
 
@@ -188,3 +187,7 @@ def get_config(arg: str = "cpu"):
 def get_sweep(arg: str = "cpu") -> list[dict]:
   get_config(arg)  # validates arg
   return [{**ARMS[arm], "seed": seed} for arm in ARMS for seed in SEEDS[arg]]
+
+
+GRID = Grid(config=get_config, sweep=get_sweep, seed_setting=SEED_SETTING, arms=ARMS,
+            judged_by=lambda arg: (protocol(arg),), declared=declared)

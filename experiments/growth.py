@@ -17,8 +17,7 @@ output norms bound it by construction. Versions 0-2 are archived with the sectio
   nplace report runs/growth --out report            # the per-layer fits within each model
 """
 from nplace.config import base_config, variant
-from nplace.protocol import FINDING, GROWTH_PER_SEED, THREE_WAY, WELCH_T, Claim, Protocol, Threshold
-
+from nplace.protocol import FINDING, GROWTH_PER_SEED, THREE_WAY, WELCH_T, Claim, Grid, Protocol, Threshold
 SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 
 DEPTHS = (3, 6, 12, 24, 48)  # protocol 2's without 96: its 12 trials took 75 of that grid's 143 minutes
@@ -127,3 +126,7 @@ def get_sweep(arg: str = "v3_cpu") -> list[dict]:
   get_config(arg)
   return [{"model.n_layer": depth, **arm, "seed": seed} for depth in DEPTHS for arm in ARMS.values()
           for seed in SEEDS]
+
+
+GRID = Grid(config=get_config, sweep=get_sweep, seed_setting=SEED_SETTING, arms=ARMS,
+            judged_by=lambda arg: (protocol(arg),))

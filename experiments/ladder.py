@@ -22,8 +22,7 @@ import math
 import ml_collections
 
 from nplace.config import experiment
-from nplace.protocol import FINDING, SCALE_LADDER, THREE_WAY, Claim, Protocol, ScaleLadder, Threshold
-
+from nplace.protocol import FINDING, SCALE_LADDER, THREE_WAY, Claim, Grid, Protocol, ScaleLadder, Threshold
 SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 DEPTH, CPU_HEAD, GPU_HEAD = 12, 16, 64  # head size: one across a tier (a GPT-2 head is 64)
 CPU_WIDTHS, GPU_WIDTHS = (32, 64, 128, 256), (512, 768)
@@ -208,3 +207,7 @@ def get_sweep(arg: str = "cpu") -> list[dict]:
 def protocol(arg: str = "cpu") -> Protocol:
   get_config(arg)
   return PROTOCOL
+
+
+GRID = Grid(config=get_config, sweep=get_sweep, seed_setting=SEED_SETTING, arms=ARMS,
+            judged_by=lambda arg: (protocol(arg),))

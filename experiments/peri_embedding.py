@@ -12,8 +12,7 @@ Pre-LN beside. Judged by `PROTOCOL` (version 2): study A's protocol 4 rules on t
   nplace report --results results/ runs/peri_embedding
 """
 from nplace.config import base_config
-from nplace.protocol import COMPARISON, THREE_WAY, WELCH_T, Claim, Protocol, Threshold
-
+from nplace.protocol import COMPARISON, THREE_WAY, WELCH_T, Claim, Grid, Protocol, Threshold
 SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 
 KEYS = ("placement", "embed_norm", "embed_scale", "use_bias", "norm", "norm_eps")
@@ -105,3 +104,7 @@ def get_config(arg: str = "cpu"):
 def get_sweep(arg: str = "cpu") -> list[dict]:
   get_config(arg)
   return [{**arm, "seed": seed} for arm in ARMS.values() for seed in SEEDS]
+
+
+GRID = Grid(config=get_config, sweep=get_sweep, seed_setting=SEED_SETTING, arms=ARMS,
+            judged_by=lambda arg: (protocol(arg),), declared=declared)

@@ -37,9 +37,8 @@ import dataclasses
 import ml_collections
 
 from nplace.config import base_config
-from nplace.protocol import (FINDING, FIXED_RATES, PERMUTATION, SEED_CLAIM, STABILITY_SWEEP, THREE_WAY, WELCH_T, Claim,
-                             FixedRate, Protocol, Threshold)
-
+from nplace.protocol import (FINDING, FIXED_RATES, PERMUTATION, SEED_CLAIM, STABILITY_SWEEP, THREE_WAY, WELCH_T,
+                             Claim, FixedRate, Grid, Protocol, Threshold)
 SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 
 
@@ -356,12 +355,13 @@ def declared(arg: str = "cpu") -> int:
   return DECLARED.get(variant, protocol(arg).version)
 
 
-def reuses(arg: str = "cpu") -> str | None:
+def reuses(arg: str = "cpu") -> tuple[str, ...]:
   """The variants whose filed trials this one's grid shares (same config and names), judged as
   its own: cpu_wide's rates up to 1 and v4_embed's Pre-LN and Peri-LN are cpu's trials; the
   placements grid's Pre-LN and Peri-LN are cpu's and cpu_wide's, its Pre-LN + embedding norm
   up to rate 1 v4_embed's."""
-  return {"cpu_wide": "cpu", "v4_embed": "cpu", "placements": ("cpu", "cpu_wide", "v4_embed")}.get(_split(arg)[0])
+  return {"cpu_wide": ("cpu",), "v4_embed": ("cpu",), "placements": ("cpu", "cpu_wide", "v4_embed")}.get(
+      _split(arg)[0], ())
 
 
 def get_config(arg: str = "cpu"):
@@ -374,3 +374,7 @@ def get_config(arg: str = "cpu"):
 def get_sweep(arg: str = "cpu") -> list[dict]:
   variant, _ = _split(arg)
   return _swept(variant) if variant in SWEEP_LRS else _v4_sweep(variant)
+
+
+GRID = Grid(config=get_config, sweep=get_sweep, seed_setting=SEED_SETTING, arms=ARMS,
+            judged_by=lambda arg: (protocol(arg),), declared=declared, reuses=reuses)

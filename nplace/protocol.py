@@ -158,13 +158,17 @@ class Grid:
   nplace/studies reads a grid file through this object alone. `config` and `sweep` are the file's
   `get_config(arg)` and `get_sweep(arg)` (which `--config FILE:ARG` and `nplace sweep` call);
   `judged_by(arg)` the current protocols that judge a variant's filed trials, the one it was
-  declared under first where that one is current; `declared(arg)` the version its grid was
-  declared under (a protocol of another version re-judges its trials); `reuses(arg)` the variants
-  whose filed trials its sweep shares by name and config."""
-  seed_setting: str  # where the seed's claims were made
-  arms: dict  # label -> overrides: the arms of a protocol that names none
+  declared under first where that one is current (none: a grid with nothing to judge);
+  `declared(arg)` the version its grid was declared under, where a protocol of another version
+  judges its trials (None: the first of `judged_by`); `reuses(arg)` the variants whose filed
+  trials its sweep shares by name and config."""
   config: Callable
   sweep: Callable
+  seed_setting: str = ""  # where the seed's claims were made
+  arms: dict | None = None  # label -> overrides: the arms of a protocol that names none
   judged_by: Callable = _none
-  declared: Callable = _none
+  declared: Callable | None = None
   reuses: Callable = _none
+
+  def declared_version(self, arg: str) -> int:
+    return self.declared(arg) if self.declared else self.judged_by(arg)[0].version

@@ -45,6 +45,7 @@ KEYS = [{"seed": 0, "optim.lr": 2e-3, "optim.weight_decay": 0.1, "optim.b1": 0.9
 NAMES = [grid.trial_name(t) for t in KEYS]
 GRID = f"KEYS = {KEYS!r}\n" + '''
 from nplace.config import experiment
+from nplace.protocol import Grid
 
 
 def get_config(arg="keys"):
@@ -71,6 +72,9 @@ def get_sweep(arg="keys"):
             {"seed": 3, "optim.eps": 1e-6}]
   return [{"model.placement": p, "model.dt": dt, "seed": s} for p in ("pre", "peri") for dt in (1.0, 0.5)
           for s in (0, 1)]
+
+
+GRID = Grid(config=get_config, sweep=get_sweep)
 '''
 
 

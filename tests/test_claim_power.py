@@ -28,7 +28,7 @@ EDGE = 10 ** -0.7  # a stand-in for the pilot's edge rate
 def rejudged():
   """Protocol 2's committed trials measured under protocol 4's re-judgement."""
   study = results.load(ROOT / "results" / "stability_cpu")
-  return measures_lib.measures_for(STABILITY.PROTOCOL_V4_REJUDGED, study, STABILITY, "cpu")
+  return measures_lib.measures_for(STABILITY.PROTOCOL_V4_REJUDGED, study, STABILITY.GRID, "cpu")
 
 
 def test_every_rejudged_claim_is_reproduced_by_no_effect_in_at_most_5_percent(rejudged):
@@ -48,7 +48,7 @@ def test_the_rejudged_verdicts_are_three_way(rejudged):
 
 def test_the_edge_rate_is_the_declared_rule_applied_to_the_filed_pilot():
   study = results.load(ROOT / "results" / "stability_v4_pilot")
-  pilot = measures_lib.measures_for(STABILITY.PROTOCOL_V4_PILOT, study, STABILITY, "v4_pilot")
+  pilot = measures_lib.measures_for(STABILITY.PROTOCOL_V4_PILOT, study, STABILITY.GRID, "v4_pilot")
   failed = {lr: (sum(p.failed for p in pilot.points if p.lr == lr), sum(p.lr == lr for p in pilot.points))
             for lr in pilot.lrs}
   assert sorted(failed) == sorted(STABILITY.PILOT_LRS) and not pilot.missing
@@ -295,7 +295,7 @@ def test_the_fixed_rate_grid_can_be_measured_through_measures_for():
   trials = [fixed_trial(arm, lr, seed, False) for arm in STABILITY.ARMS_V4
             for lr in (STABILITY.TUNED_LR, STABILITY.EDGE_LR) for seed in STABILITY.FIXED_SEEDS]
   study = results.Study(ROOT / "results" / "stability_v4_fixed", "experiments/stability.py:v4_fixed", trials)
-  measures = measures_lib.measures_for(STABILITY.PROTOCOL_V4_FIXED, study, STABILITY, "v4_fixed")
+  measures = measures_lib.measures_for(STABILITY.PROTOCOL_V4_FIXED, study, STABILITY.GRID, "v4_fixed")
   assert measures.missing == {}
 
 
@@ -384,7 +384,7 @@ def growth_v2():
   each horizon: the data protocol 3 was written against."""
   study = results.load(ROOT / "results" / "archive" / "data" / "growth_cpu")
   trials = [t for t in study.trials if t.overrides["model.n_layer"] in GROWTH.DEPTHS]
-  arms = results.arms(GROWTH, GROWTH.PROTOCOL)
+  arms = results.arms(GROWTH.GRID, GROWTH.PROTOCOL)
   return {h: depth_growth.SeedMeasures(GROWTH.PROTOCOL, arms, trials, h) for h in (0.25, 0.5, 1.0)}
 
 
@@ -557,7 +557,7 @@ def test_missing_trials_are_not_testable():
   study = results.load(ROOT / "results" / "growth_v3_cpu")
   dropped = [t for t in study.trials if not (t.overrides["model.n_layer"] == 12 and t.overrides.get("seed") == 4)]
   assert len(dropped) == len(study.trials) - 4  # one trial per arm
-  measures = depth_growth.SeedMeasures(PRE_V3, results.arms(GROWTH, PRE_V3), dropped, 1.0, GROWTH.get_sweep("v3_cpu"))
+  measures = depth_growth.SeedMeasures(PRE_V3, results.arms(GROWTH.GRID, PRE_V3), dropped, 1.0, GROWTH.get_sweep("v3_cpu"))
   found = {x.claim.id: x for x in three_way.judge_all(PRE_V3, measures)}
   assert {x.verdict for x in found.values()} == {v.NOT_TESTABLE}
   assert found["pre_exponential"].would_change.startswith("the grid's remaining trials: Pre-LN (1 trials),")

@@ -121,6 +121,7 @@ def test_devices_the_batch_does_not_split_over_are_a_config_error(tmp_path, env)
 
 BATCH_SWEEP = '''
 from nplace.config import experiment
+from nplace.protocol import Grid
 
 
 def get_config(arg=None):
@@ -134,6 +135,9 @@ def get_config(arg=None):
 
 def get_sweep(arg=None):
   return [{"train.batch_size": 8}, {"train.batch_size": 3}]
+
+
+GRID = Grid(config=get_config, sweep=get_sweep)
 '''
 
 

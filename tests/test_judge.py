@@ -20,6 +20,7 @@ class Fake:
   """What judge reads: per-seed values per (metric, arm, shape)."""
   values: dict
   shapes: tuple = ("small", "large")
+  missing: dict = dataclasses.field(default_factory=dict)  # where -> trials not filed
 
   def per_seed(self, metric, arm, shape):
     return self.values[metric, arm, shape]

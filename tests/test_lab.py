@@ -228,8 +228,10 @@ def test_all_prints_each_placements_measured_maximum_stable_rate(capsys, tmp_pat
   assert "Maximum stable learning rate measured, median seed (each seed)" in stdout
   assert "| Pre-LN | synthetic (depth 12, width 32) | 0.1 (0.1, 0.1, 0.1) |" in stdout
   assert "| Peri-LN | synthetic (depth 12, width 32) | 0.32 (0.32, 0.32, 0.32) |" in stdout
-  rows = json.loads((tmp_path / "all.json").read_text())["measured"]
+  rows = [r for r in json.loads((tmp_path / "all.json").read_text())["measured"] if r["data"].startswith("synthetic")]
   assert len(rows) == 12 and rows[2]["configuration"] == "Post-LN"
+  # the scale ladder's arms by width, on Tiny Shakespeare
+  assert "| Peri-LN | shakespeare | " in stdout
   assert "predict" not in stdout
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from nplace.studies import lr_sensitivity, outcomes
-from nplace.protocol import STABILITY_SWEEP, Protocol, Threshold
+from nplace.protocol import STABILITY_SWEEP, Protocol, Threshold, Grid
 from nplace.studies.results import Trial
 from nplace.train.summary import Summary
 
@@ -82,10 +82,10 @@ def test_measures_classify_by_the_protocols_outcome_rules_and_arms():
   assert lr_sensitivity.Measures(PROTOCOL, ARMS, [blown]).points[0].outcome == outcomes.DID_NOT_LEARN
   rules_2 = dataclasses.replace(PROTOCOL, blow_ups=True)
   assert lr_sensitivity.Measures(rules_2, ARMS, [blown]).points[0].outcome == outcomes.DIVERGED
-  module = type("Grid", (), {"ARMS": ARMS})
+  found = Grid(config=None, sweep=None, arms=ARMS)
   own = {"Pre, no weight decay": {"model.placement": "pre", "optim.weight_decay": 0.0}}
-  assert results.arms(module, PROTOCOL) is ARMS
-  assert results.arms(module, dataclasses.replace(PROTOCOL, arms=own)) is own
+  assert results.arms(found, PROTOCOL) is ARMS
+  assert results.arms(found, dataclasses.replace(PROTOCOL, arms=own)) is own
 
 
 RULES_2 = dataclasses.replace(PROTOCOL, blow_ups=True, diverged_at_cap=True,

@@ -18,7 +18,7 @@ PERI = grid.load_module(ROOT / "experiments" / "peri_embedding.py")
 @pytest.fixture(scope="module")
 def filed():
   study = results.load(ROOT / "results" / "peri_embedding_cpu")
-  return study, measures_lib.measures_for(PERI.PROTOCOL, study, PERI, "cpu")
+  return study, measures_lib.measures_for(PERI.PROTOCOL, study, PERI.GRID, "cpu")
 
 
 def test_the_grid_is_the_config_and_the_trials_that_were_filed(filed):
@@ -28,7 +28,7 @@ def test_the_grid_is_the_config_and_the_trials_that_were_filed(filed):
   assert {t.summary.step for t in study.trials} == {config.train.steps} == {300}
   assert {t.warmup for t in study.trials} == {config.optim.warmup_steps}
   assert sorted(grid.trial_name(o) for o in PERI.get_sweep("cpu")) == sorted(t.name for t in study.trials)
-  assert tables.scale(PERI, "cpu", study)[1] == 300 * 16 * 64
+  assert tables.scale(PERI.GRID, "cpu", study)[1] == 300 * 16 * 64
 
 
 def test_protocol_2_re_judges_protocol_1s_trials_three_way():

@@ -25,7 +25,7 @@ NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 PNG = b"\x89PNG\r\n\x1a\n"
 GRID_FILE = """
 from nplace.config import experiment
-from nplace.protocol import COMPARISON, THREE_WAY, Claim, Protocol, Threshold
+from nplace.protocol import COMPARISON, THREE_WAY, Claim, Grid, Protocol, Threshold
 
 ARMS = {"Pre-LN": {"model.placement": "pre"}, "Peri-LN": {"model.placement": "peri"}}
 SEED_SETTING = "a test"
@@ -52,6 +52,9 @@ def get_config(arg="test"):
 def get_sweep(arg="test"):  # Pre-LN at a learning rate that overflows in two steps; Peri-LN as preset
   return [{"model.placement": "pre", "optim.lr": 1e30, "seed": s} for s in (0, 1)] + [
       {"model.placement": "peri", "seed": s} for s in (0, 1)]
+
+
+GRID = Grid(get_config, get_sweep, SEED_SETTING, ARMS, judged_by=lambda arg: (protocol(arg),))
 """
 
 
@@ -119,7 +122,7 @@ def test_results_file_a_sweep_and_regenerate_the_readme_from_them_alone(grid, tm
   assert "test grid, protocol v1" in text and figures(results_dir, text)
   assert re.search(r"4 trials of \d+ steps \(2 stopped early as they diverged, at step \d+\)\.", text)
   # Pre-LN 2 of 2 diverged, Peri-LN 0, but at no common rate: the exact test within rates has no stratum
-  claim = table(text, "| claim |")[0]
+  claim = table(text, "| claim | tier |")[0]
   assert claim["verdict"] == "**not testable at this tier**" and claim["what would change it"] == (
       "runs of both arms at a common rate")
   assert [(r["arm"], r["lr"], r["diverged"], r["learned"]) for r in table(text, "| shape | arm | lr |")] == [

@@ -20,6 +20,7 @@ from nplace.studies import grid
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 EXPERIMENT = '''
 from nplace.config import base_config
+from nplace.protocol import Grid
 
 
 def get_config(arg="small"):
@@ -35,6 +36,9 @@ def get_config(arg="small"):
 def get_sweep(arg="small"):
   huge = {"optim.lr": 1e30, "optim.clip_norm": 0.0, "optim.warmup_steps": 0}
   return [huge, {"seed": 0}, {"seed": 1}]
+
+
+GRID = Grid(config=get_config, sweep=get_sweep)
 '''
 NAMES = ["lr=1e+30,clip_norm=0,warmup_steps=0", "seed=0", "seed=1"]
 
@@ -117,9 +121,11 @@ def test_list_prints_a_runnable_train_command_per_trial(experiment, tmp_path, ca
 
 
 @pytest.mark.parametrize("sweep_source,message", [
-    ("def get_sweep(arg):\n  return [{'model.depth': 3}]\n", "trial depth=3: no such config key 'model.depth'"),
-    ("def get_sweep(arg):\n  return [{'seed': 1}, {'model.n_head': 5}]\n", "trial n_head=5: config error: model"),
-    ("", "has no get_sweep(arg)"),
+    ("def get_sweep(arg):\n  return [{'model.depth': 3}]\nGRID = Grid(get_config, get_sweep)\n",
+     "trial depth=3: no such config key 'model.depth'"),
+    ("def get_sweep(arg):\n  return [{'seed': 1}, {'model.n_head': 5}]\nGRID = Grid(get_config, get_sweep)\n",
+     "trial n_head=5: config error: model"),
+    ("", "declares no GRID"),
 ])
 def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsys, sweep_source, message):
   path = tmp_path / "bad.py"

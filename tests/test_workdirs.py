@@ -256,6 +256,7 @@ def test_tensorboard_lists_a_bucket_runs_scalars_and_images(runs, env):
 
 GRID = '''
 from nplace.config import base_config
+from nplace.protocol import Grid
 
 
 def get_config(arg=""):
@@ -272,6 +273,9 @@ def get_config(arg=""):
 
 def get_sweep(arg=""):
   return [{"seed": 0}, {"seed": 1}]
+
+
+GRID = Grid(config=get_config, sweep=get_sweep)
 '''
 
 

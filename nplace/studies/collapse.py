@@ -216,6 +216,8 @@ def norms_share_of_change(trial, step: int) -> float:
 class Measures:
   """A collapse grid's trials by arm (ARMS: label -> model overrides) and seed."""
 
+  missing: dict = {}  # a claim names its own missing seeds (`missing_seeds`), not the grid's unfiled trials
+
   def __init__(self, protocol, arms: dict, trials):
     self.protocol, self.by_arm = protocol, {}
     for trial in trials:

@@ -10,6 +10,7 @@ import ml_collections
 
 from nplace.config import validate
 from nplace.errors import ConfigError
+from nplace.protocol import Grid
 
 
 class GridError(ValueError):
@@ -35,14 +36,24 @@ def load_module(path):
   return module
 
 
+def grid_of(module, where) -> Grid:
+  """The grid file's `GRID` (nplace.protocol.Grid); GridError naming `where` when it declares none."""
+  found = module.__dict__.get("GRID")
+  if not isinstance(found, Grid):
+    raise GridError(f"{where}: declares no GRID (nplace.protocol.Grid): no grid to sweep or judge")
+  return found
+
+
+def load_grid(path) -> Grid:
+  return grid_of(load_module(path), path)
+
+
 def load_sweep(config_spec: str) -> list[dict]:
-  """`get_sweep(ARG)` (or `get_sweep()`) of the experiment file in `FILE[:ARG]`."""
+  """The sweep (`GRID.sweep(ARG)`, or with no ARG its default) of the grid file in `FILE[:ARG]`."""
   path, _, arg = config_spec.partition(":")
-  module = load_module(path)
-  if not hasattr(module, "get_sweep"):
-    raise GridError(f"{path} has no get_sweep(arg): nothing to sweep")
+  found = load_grid(path)
   try:
-    trials = module.get_sweep(arg) if arg else module.get_sweep()
+    trials = found.sweep(arg) if arg else found.sweep()
   except Exception as e:  # a bad ARG, typically: the file's own message, on one line
     raise GridError(f"{config_spec}: get_sweep raised {type(e).__name__}: {e}") from None
   if not trials or not all(isinstance(t, dict) for t in trials):
@@ -50,21 +61,13 @@ def load_sweep(config_spec: str) -> list[dict]:
   return trials
 
 
-def reused_variants(module, arg: str) -> tuple[str, ...]:
-  """The variants whose filed trials `module`'s grid ARG shares by name and config (its
-  `reuses(arg)`: one variant, several, or None): those trials are theirs to run and file."""
-  if not hasattr(module, "reuses"):
-    return ()
-  found = module.reuses(arg) if arg else module.reuses()
-  return () if found is None else (found,) if isinstance(found, str) else tuple(found)
-
-
 def reused_names(config_spec: str) -> dict[str, set[str]]:
-  """`FILE:OTHER` -> the names of OTHER's trials, for each variant the grid in `FILE[:ARG]` reuses."""
+  """`FILE:OTHER` -> the names of OTHER's trials, for each variant the grid in `FILE[:ARG]` reuses
+  (`GRID.reuses(ARG)`): those trials are theirs to run and file."""
   path, _, arg = config_spec.partition(":")
-  module = load_module(path)
-  return {f"{path}:{other}": {trial_name(overrides) for overrides in module.get_sweep(other)}
-          for other in reused_variants(module, arg)}
+  found = load_grid(path)
+  return {f"{path}:{other}": {trial_name(overrides) for overrides in found.sweep(other)}
+          for other in found.reuses(arg)}
 
 
 def _text(value) -> str:

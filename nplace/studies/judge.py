@@ -31,7 +31,7 @@ def judge(protocol, measures) -> list[Verdict]:
     if claim.metric not in COMPARED:
       verdicts.append(measures.verdict(claim, protocol))
       continue
-    verdicts.append(partly_run(judge_one(claim, protocol, measures, rng), getattr(measures, "missing", {})))
+    verdicts.append(partly_run(judge_one(claim, protocol, measures, rng), measures.missing))
   return verdicts
 
 

@@ -6,18 +6,18 @@ from nplace.protocol import COLLAPSE_MECHANISMS, COMPARISON, FIXED_RATES, GROWTH
 from nplace.studies import collapse, depth_growth, ladder, lr_sensitivity, results
 
 
-def measures_for(protocol, study, module, arg: str, horizon: float = 1.0):
+def measures_for(protocol, study, found, arg: str, horizon: float = 1.0):
   """`protocol`'s measures of `study` (results.Study, with the trials it reuses) as they stood at
-  `horizon` (a fraction of the run), its grid `module`'s variant ARG naming the trials not yet
-  filed."""
-  arms = results.arms(module, protocol)
+  `horizon` (a fraction of the run), its grid's (`found`, a protocol.Grid) variant ARG naming the
+  trials not yet filed."""
+  arms = results.arms(found, protocol)
   if protocol.kind in (STABILITY_SWEEP, COMPARISON, FIXED_RATES):
-    return lr_sensitivity.Measures(protocol, arms, study.trials, horizon, module.get_sweep(arg))
+    return lr_sensitivity.Measures(protocol, arms, study.trials, horizon, found.sweep(arg))
   if protocol.kind == GROWTH_PER_SEED:
-    return depth_growth.SeedMeasures(protocol, arms, study.trials, horizon, module.get_sweep(arg))
+    return depth_growth.SeedMeasures(protocol, arms, study.trials, horizon, found.sweep(arg))
   if protocol.kind == SCALE_LADDER:
-    expected = module.get_sweep(arg)
-    return ladder.Ladder(protocol, arms, study.trials, expected, ladder.log_params(module.get_config(arg), expected, arms))
+    expected = found.sweep(arg)
+    return ladder.Ladder(protocol, arms, study.trials, expected, ladder.log_params(found.config(arg), expected, arms))
   if protocol.kind == COLLAPSE_MECHANISMS:
     return collapse.Measures(protocol, arms, study.trials)
   raise ValueError(f"{protocol.name} protocol v{protocol.version}: kind {protocol.kind!r} has no measures")

@@ -60,31 +60,30 @@ class Study:
   reused: tuple[tuple[str, int], ...] = ()  # (results NAME, how many of `trials` are its) each: `with_reused`
 
 
-def grid_module(study: Study, repo=None):
-  """(the experiment module of the study's grid, its ARG), which declares `protocol(arg)`,
-  `ARMS` (what its results are judged by) and `SEED_SETTING` (the seed's models and data);
-  grid files are found relative to `repo` (default: the results directory's parent, the
-  repository)."""
+def grid_of(study: Study, repo=None):
+  """(the study's grid file's `GRID`, its ARG), which names the current protocols that judge it
+  (`judged_by`); grid files are found relative to `repo` (default: the results directory's
+  parent, the repository)."""
   repo = pathlib.Path(repo) if repo else study.path.absolute().parent.parent
   file, _, arg = study.config.partition(":")
   try:
-    module = grid.load_module(repo / file)
+    found = grid.load_grid(repo / file)
   except grid.GridError as e:
     raise runs_lib.RunsError(f"{study.path}: its grid: {e}") from None
-  if not all(hasattr(module, name) for name in ("protocol", "ARMS", "SEED_SETTING")):
-    raise runs_lib.RunsError(f"{study.path}: its grid {study.config} declares no protocol(arg) "
-                             "and ARMS, and a SEED_SETTING (what its claims were about): nothing to judge it by")
-  return module, arg
+  if not found.judged_by(arg):
+    raise runs_lib.RunsError(f"{study.path}: its grid {study.config} names no current protocol for {arg!r}: "
+                             "nothing to judge it by (an archived grid's data belongs in results/archive/data)")
+  return found, arg
 
 
-def with_reused(study: Study, module, arg: str, filed: dict[str, Study] | None = None) -> Study:
-  """`study` with the filed trials of the variants its grid reuses (`module.reuses(arg)`, same
+def with_reused(study: Study, found, arg: str, filed: dict[str, Study] | None = None) -> Study:
+  """`study` with the filed trials of the variants its grid reuses (`GRID.reuses(arg)`, same
   config) that its own sweep lists and it has not filed itself; `filed`: the results
   directory's studies by NAME (`studies`), so none is read twice (None: read the ones it reuses)."""
-  others = grid.reused_variants(module, arg)
+  others = found.reuses(arg)
   if not others:
     return study
-  listed = {grid.trial_name(overrides) for overrides in module.get_sweep(arg)}
+  listed = {grid.trial_name(overrides) for overrides in found.sweep(arg)}
   have, reused = {t.name for t in study.trials}, []
   for other in others:
     source = name_of(f"{study.config.partition(':')[0]}:{other}")
@@ -100,10 +99,10 @@ def with_reused(study: Study, module, arg: str, filed: dict[str, Study] | None =
   return dataclasses.replace(study, reused=tuple(reused))
 
 
-def arms(module, protocol) -> dict:
+def arms(found, protocol) -> dict:
   """The arms a protocol judges (label -> overrides): its own where it declares them (study A's
-  protocol 2 makes weight decay part of the arm), else its grid module's ARMS."""
-  return protocol.arms if protocol.arms is not None else module.ARMS
+  protocol 2 makes weight decay part of the arm), else its grid's."""
+  return protocol.arms if protocol.arms is not None else found.arms
 
 
 def arm_of(arms: dict, overrides: dict) -> str | None:
@@ -150,8 +149,8 @@ def _declared(spec: str):
   """The config of a trial of the grid `experiments/FILE.py:ARG` as the grid declares it:
   `declared(run)`, from its base config and the run's overrides."""
   file, _, arg = spec.partition(":")
-  module = grid.load_module(file)
-  base = module.get_config(arg) if arg else module.get_config()
+  found = grid.load_grid(file)
+  base = found.config(arg) if arg else found.config()
   return lambda run: grid.apply(base, run.overrides, f"trial {run.name}")
 
 

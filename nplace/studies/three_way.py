@@ -272,7 +272,7 @@ def judge_all(protocol, measures) -> list[Verdict]:
       verdicts.append(measures.verdict(claim, protocol))
       continue
     family = [p for other, p in ps.items() if other != claim.id] if claim.id in ps else ()
-    verdicts.append(partly_run(decide(claim, protocol, samples[claim.id], family), getattr(measures, "missing", {})))
+    verdicts.append(partly_run(decide(claim, protocol, samples[claim.id], family), measures.missing))
   return [_given(v, verdicts) for v in verdicts]
 
 

@@ -14,20 +14,20 @@ LADDER, PLACEMENTS = "ladder_cpu", "stability_placements"  # results directories
 
 
 def _study(results_dir: pathlib.Path, name: str):
-  """(the filed study with the trials it reuses, its grid module, ARG), or None where not filed."""
+  """(the filed study with the trials it reuses, its GRID, ARG), or None where not filed."""
   if not (results_dir / name / results.GRID).is_file():
     return None
   try:
     filed = {s.path.name: s for s in results.studies(results_dir)}
-    module, arg = results.grid_module(filed[name])
-    return results.with_reused(filed[name], module, arg, filed), module, arg
+    grid_file, arg = results.grid_of(filed[name])
+    return results.with_reused(filed[name], grid_file, arg, filed), grid_file, arg
   except runs_lib.RunsError as e:
     raise UsageError(f"--all: {e}") from None
 
 
 def ladder_rows(found) -> tuple[list[str], list[list[str]], ladder.Ladder]:
-  study, module, arg = found
-  measures = measures_lib.measures_for(module.protocol(arg), study, module, arg)
+  study, grid_file, arg = found
+  measures = measures_lib.measures_for(grid_file.judged_by(arg)[0], study, grid_file, arg)
   header = ["configuration", "data", *(f"width {w}" for w in measures.widths)]
   rows = []
   for arm in measures.arms:
@@ -36,7 +36,7 @@ def ladder_rows(found) -> tuple[list[str], list[list[str]], ladder.Ladder]:
       edges = measures.edges(arm, w) if measures.ran(arm, w) else None
       cells.append("-" if edges is None else
                    f"{_rate(ladder.median_edge(edges))} ({', '.join(_rate(e) for e in edges)})")
-    rows.append([arm, module.get_config(arg).data.source, *cells])
+    rows.append([arm, grid_file.config(arg).data.source, *cells])
   return header, rows, measures
 
 
@@ -45,15 +45,15 @@ def _rate(edge: ladder.Edge) -> str:
 
 
 def placement_rows(found, width_columns: int) -> list[list[str]]:
-  study, module, arg = found
-  measures = measures_lib.measures_for(module.protocol(arg), study, module, arg)
+  study, grid_file, arg = found
+  measures = measures_lib.measures_for(grid_file.judged_by(arg)[0], study, grid_file, arg)
   rows = []
   for shape in measures.shapes:
     for arm in measures.arms:
       rates = sorted((measures.max_stable_lr(arm, shape, seed) for seed in measures.seeds),
                      key=lambda r: -math.inf if r is None else r)
       text = ", ".join("none" if r is None else f"{r:.2g}" for r in rates)
-      rows.append([arm, f"{module.get_config(arg).data.source} ({shape})",
+      rows.append([arm, f"{grid_file.config(arg).data.source} ({shape})",
                    f"{'none' if rates[len(rates) // 2] is None else f'{rates[len(rates) // 2]:.2g}'} ({text})",
                    *["-"] * (width_columns - 1)])
   return rows
@@ -84,14 +84,14 @@ def report(results_dir, width: int | None = None) -> tuple[str, dict]:
 
 def fit_table(found, measures: ladder.Ladder, width: int, out: dict) -> str:
   """Each ladder arm's line over the plan's fit widths at `width`'s parameters."""
-  study, module, arg = found
-  plan = module.protocol(arg).ladder
-  sweep = module.get_sweep(arg)
-  shaped = next(o for o in sweep if results.arm_of(module.protocol(arg).arms, o) == measures.arms[0])
+  study, grid_file, arg = found
+  plan = grid_file.judged_by(arg)[0].ladder
+  sweep = grid_file.sweep(arg)
+  shaped = next(o for o in sweep if results.arm_of(grid_file.judged_by(arg)[0].arms, o) == measures.arms[0])
   head = shaped["model.d_model"] // shaped["model.n_head"]
   overrides = {**shaped, "model.d_model": width, "model.n_head": max(1, width // head)}
   try:
-    x = ladder.log_params(module.get_config(arg), [overrides], module.protocol(arg).arms)[width]
+    x = ladder.log_params(grid_file.config(arg), [overrides], grid_file.judged_by(arg)[0].arms)[width]
   except grid.GridError as e:
     raise UsageError(f"--width {width}: {e}") from None
   inside = min(plan.fit_widths) <= width <= max(plan.fit_widths)
@@ -104,6 +104,8 @@ def fit_table(found, measures: ladder.Ladder, width: int, out: dict) -> str:
     value, low, high = found_fit
     rows.append([arm, f"{10 ** value:.2g} [{10 ** low:.2g}, {10 ** high:.2g}]"])
     out["fit"]["arms"][arm] = {"log10_rate": value, "low": low, "high": high}
+  if not rows:
+    return f"(No line yet: widths {', '.join(map(str, plan.fit_widths))} of {LADDER}/ are not all filed.)"
   return (f"The ladder's line over widths {', '.join(map(str, plan.fit_widths))} at width {width} "
           f"({markdown.count(round(10 ** x))} parameters, depth and head size as the ladder), **an {label}**: "
           f"maximum stable rate [95% interval]\n\n" + markdown.table(["configuration", f"width {width}"], rows))

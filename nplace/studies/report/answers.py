@@ -25,7 +25,7 @@ TAKEAWAY = (
 def order_key(section) -> tuple:
   """Study, then the newest protocol first, then a grid's own trials before re-judged ones."""
   protocol = section.protocol
-  rejudged = tables.declared_version(section.module, section.arg) != protocol.version
+  rejudged = section.grid.declared_version(section.arg) != protocol.version
   return (STUDY_ORDER.index(protocol.name) if protocol.name in STUDY_ORDER else len(STUDY_ORDER),
           -protocol.version, rejudged, -len(section.study.trials), section.study.path.name)
 
@@ -59,7 +59,7 @@ def rows(judged) -> list[list[str]]:
   continues the one before it ("... and so without weight decay") is left to its section."""
   shown, out = set(), []
   for section, heading, verdicts in judged:
-    source = section.module.get_config(section.arg).data.source
+    source = section.grid.config(section.arg).data.source
     for v in verdicts:
       key = (section.protocol.name, section.protocol.version, v.claim.id)
       if key in shown or v.claim.statement.startswith("..."):

@@ -22,10 +22,10 @@ def _seeds(edges) -> str:
   return "-" if edges is None else ", ".join(rate(e) for e in edges)
 
 
-def width_table(module, arg: str, measures: ladder.Ladder) -> str:
+def width_table(found, arg: str, measures: ladder.Ladder) -> str:
   """Per width: its heads, parameters and tokens per parameter, each arm's seeds' edges, and the
   first arm's tuned rates."""
-  base = module.get_config(arg)
+  base = found.config(arg)
   tokens = base.train.steps * base.train.batch_size * base.data.seq_len
   first = measures.arms[0]
   rows = []
@@ -40,16 +40,16 @@ def width_table(module, arg: str, measures: ladder.Ladder) -> str:
                          f"{first}: each seed's tuned rate"], rows)
 
 
-def beside_table(results_dir, plan, measures: ladder.Ladder) -> str:
+def beside_table(results_dir, repo, plan, measures: ladder.Ladder) -> str:
   """The earlier data's filed trials at the ladder's smallest width (judged by their own
   protocol's outcome rules), each arm's seeds beside the ladder's at that width."""
   spec, name = plan.beside
   filed = {study.path.name: study for study in results.studies(results_dir)}
   if name not in filed:
     return f"(no filed `{name}` to set beside it)"
-  module, arg = results.grid_module(filed[name])
-  study = results.with_reused(filed[name], module, arg, filed)
-  earlier = measures_lib.measures_for(module.protocol(arg), study, module, arg)
+  earlier_grid, arg = results.grid_of(filed[name], repo)
+  study = results.with_reused(filed[name], earlier_grid, arg, filed)
+  earlier = measures_lib.measures_for(earlier_grid.judged_by(arg)[0], study, earlier_grid, arg)
   width = measures.widths[0]
   shape = next(s for s in earlier.shapes if s.endswith(f"width {width}"))
   rows = []
@@ -59,7 +59,7 @@ def beside_table(results_dir, plan, measures: ladder.Ladder) -> str:
     rates = [earlier.max_stable_lr(arm, shape, seed) for seed in earlier.seeds]
     rows.append([arm, ", ".join("none" if r is None else f"10^{math.log10(r):.2g}" for r in rates),
                  _seeds(measures.edges(arm, width))])
-  data = module.get_config(arg).data
+  data = earlier_grid.config(arg).data
   return markdown.table(["arm", f"`{spec}` ({shape}, {data.source} data): each seed's maximum stable rate",
                          f"this ladder at width {width} ({shape_heads(measures, width)}): each seed's"], rows)
 
@@ -69,10 +69,10 @@ def shape_heads(measures, width) -> str:
   return f"{heads} heads of {width // heads}"
 
 
-def beyond_params(module, plan) -> dict:
+def beyond_params(found, plan, arms: dict) -> dict:
   """width -> log10 parameters of the widths the ladder predicts beyond this machine."""
-  sweep = module.get_sweep(plan.beyond)
-  return ladder.log_params(module.get_config(plan.beyond), sweep, module.PROTOCOL.arms)
+  sweep = found.sweep(plan.beyond)
+  return ladder.log_params(found.config(plan.beyond), sweep, arms)
 
 
 def edge_figure(page, key: str, plan, measures: ladder.Ladder, beyond: dict) -> str:
@@ -181,15 +181,15 @@ def observed_power(protocol, measures: ladder.Ladder) -> dict:
 def body(s, measures: ladder.Ladder) -> list[str]:
   """The section's tables and figures after its verdicts."""
   plan, protocol = s.protocol.ladder, s.protocol
-  beyond = beyond_params(s.module, plan)
-  return ["### Per width", study_a.training_line(s.module, s.arg, measures.sweep),
+  beyond = beyond_params(s.grid, plan, protocol.arms)
+  return ["### Per width", study_a.training_line(s.grid, s.arg, measures.sweep),
           "A seed's maximum stable rate: the largest rate of its width's sweep at which it learned and never blew "
           "up. Its tuned rate: the rate of its lowest final validation loss (a diverged run at ln V).",
-          width_table(s.module, s.arg, measures),
+          width_table(s.grid, s.arg, measures),
           f"### Beside the earlier data at width {measures.widths[0]}",
           "The same arms, weight decay and budget on the synthetic language (the placements grid, judged by protocol "
           "4's outcome rules) beside this ladder's smallest width on Tiny Shakespeare: no new synthetic runs.",
-          beside_table(s.study.path.parent, plan, measures),
+          beside_table(s.study.path.parent, s.repo, plan, measures),
           "### Maximum stable rate against size", edge_figure(s.page, s.key, plan, measures, beyond),
           "### Trends against size (described)", trend_table(plan, measures, protocol),
           "### The embedding norm's share of Peri-LN's lead", share_table(plan, measures),

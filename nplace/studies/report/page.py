@@ -31,22 +31,23 @@ class Section:
   """One study judged by one protocol: its own grid's, or a later one that re-judges its trials."""
   page: markdown.Page
   study: results.Study
-  module: object  # the grid's experiment module (results.grid_module)
+  grid: protocol_lib.Grid  # the grid file's GRID (results.grid_of)
   arg: str
   protocol: protocol_lib.Protocol
   key: str  # the prefix of its figures' names
   scale: tuple  # tables.scale of the study: its models' parameter counts, the tokens a trial
+  repo: pathlib.Path  # where its grid files are found (another study's, for a section that sets one beside it)
 
   @property
   def tier(self) -> str:
     return self.arg.split(",")[0]
 
   def measures(self, protocol=None, horizon: float = 1.0):
-    return measures_lib.measures_for(protocol or self.protocol, self.study, self.module, self.arg, horizon)
+    return measures_lib.measures_for(protocol or self.protocol, self.study, self.grid, self.arg, horizon)
 
 
 def _growth_per_seed(s: Section, measures, by_horizon) -> list[str]:
-  arms = results.arms(s.module, s.protocol)
+  arms = results.arms(s.grid, s.protocol)
   return ["### Growth above init over depth", growth.POWER_LINE,
           growth.growth_seed_table(measures), growth.growth_seed_figure(s.page, s.key, measures),
           "### Every verdict at each horizon (the probes at that step)", tables.horizon_table(s.protocol, by_horizon),
@@ -89,7 +90,7 @@ def _rates_line(protocol) -> list[str]:
 
 
 def _stability_sweep(s: Section, measures, by_horizon) -> list[str]:
-  return ["### Per arm", study_a.training_line(s.module, s.arg, measures),
+  return ["### Per arm", study_a.training_line(s.grid, s.arg, measures),
           "LR sensitivity per seed over the sweep, mean(min(loss, ln V)) − min(loss), then the mean over "
           "seeds [interval]; a diverged run counts as ln V, in the mean curve too. Maximum stable lr: the "
           "largest rate at which the seed's run learned. Failed trials over the sweep's rates and seeds.",
@@ -152,12 +153,12 @@ def _trials_line(trials) -> str:
 
 def _head(s: Section) -> list[str]:
   """The section's title, what re-judging means where it does, the protocol's summary and data."""
-  own, protocol, study = tables.declared_version(s.module, s.arg), s.protocol, s.study
+  own, protocol, study = s.grid.declared_version(s.arg), s.protocol, s.study
   rejudged = protocol.version != own
   return [
       f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`"
       + (f" (protocol {own}'s trials, re-judged)" if rejudged else ""),
-      tables.scale_line(s.module, s.arg, study, s.scale),
+      tables.scale_line(s.grid, s.arg, study, s.scale),
       *([f"Version {protocol.version}'s rules on the trials version {own} ran (a new verdict beside "
          f"version {own}'s, which stands): a claim whose arm or probes those trials lack is not testable."]
         if rejudged else []),
@@ -180,7 +181,7 @@ def study_section(s: Section) -> tuple[str, list]:
   by_horizon = tables.horizon_verdicts(protocol, s.measures) if len(protocol.horizons) > 1 else None
   verdicts = (by_horizon[1.0] if by_horizon else judge.judge(protocol, measures)) if protocol.claims else []
   body = BODIES[protocol.kind](s, measures, by_horizon)
-  if getattr(measures, "missing", None):  # where (an arm, a model shape) -> its trials not yet filed
+  if measures.missing:  # where (an arm, a model shape) -> its trials not yet filed
     body.insert(0, f"**Partly run**: not yet filed: {verdict.not_filed(measures.missing)}. Claims are "
                    "not testable until every part has landed; each says what its finished parts show.")
   head = _head(s)
@@ -208,23 +209,18 @@ def _verdicts(s: Section, measures, by_horizon, verdicts) -> list[str]:
 def _scale_summary(sections, scales: dict) -> str:
   """The page's first two sentences: the scale every verdict below was reached at (`scales`:
   each study's, by its path)."""
-  studies = {study.path: (study, module, arg) for study, module, arg, _ in sections}.values()
+  studies = {study.path: (study, found, arg) for study, found, arg, _ in sections}.values()
   found = list(scales.values())
   params = sorted(p for ps, _ in found for p in ps)
   tokens = sorted(t for _, t in found)
-  sources = sorted({module.get_config(arg).data.source for _, module, arg in studies})
+  sources = sorted({found.config(arg).data.source for _, found, arg in studies})
   data = "a synthetic language" if sources == ["synthetic"] else "the data " + ", ".join(f"`{s}`" for s in sources)
-  settings = " and ".join(dict.fromkeys(module.SEED_SETTING for _, module, _ in studies))
+  settings = " and ".join(dict.fromkeys(found.seed_setting for _, found, _ in studies))
   return (f"Every verdict on this page comes from models of {markdown.count(params[0])} to "
           f"{markdown.count(params[-1])} parameters trained on {markdown.count(tokens[0])} to "
           f"{markdown.count(tokens[-1])} tokens of {data} (each section names its corpus) on a 2-core CPU. "
           f"They are small-scale proxies of the seeds' claims about {settings}: a verdict here says what holds "
           "at this scale, not at theirs.")
-
-
-def protocols_of(module, arg) -> list:
-  """The protocol a grid was declared under, then any later one that re-judges its trials."""
-  return [module.protocol(arg), *getattr(module, "rejudged_by", lambda arg: ())(arg)]
 
 
 def write(results_dir, repo=None, filed=None, staged=None) -> pathlib.Path:
@@ -255,13 +251,14 @@ def _build(results_dir, repo, filed: dict, staged) -> pathlib.Path:
   page = markdown.Page(results_dir, staged.path(results_dir / "figures"))
   sections, scales = [], {}
   for study in filed.values():
-    module, arg = results.grid_module(study, repo)
-    judged = results.with_reused(study, module, arg, filed)
-    scales[judged.path] = tables.scale(module, arg, judged)  # one per study: each model is built to count it
-    sections += [(judged, module, arg, protocol) for protocol in protocols_of(module, arg)]
+    found, arg = results.grid_of(study, repo)
+    judged = results.with_reused(study, found, arg, filed)
+    scales[judged.path] = tables.scale(found, arg, judged)  # one per study: each model is built to count it
+    sections += [(judged, found, arg, protocol) for protocol in found.judged_by(arg)]
   # figures named by study and protocol, not by place on the page, so a new section renames no other figure
-  ordered = sorted((Section(page, study, module, arg, protocol, f"{study.path.name}_v{protocol.version}",
-                            scales[study.path]) for study, module, arg, protocol in sections), key=answers.order_key)
+  ordered = sorted((Section(page, study, found, arg, protocol, f"{study.path.name}_v{protocol.version}",
+                            scales[study.path], repo) for study, found, arg, protocol in sections),
+                   key=answers.order_key)
   texts, judged = [], []
   for section in ordered:
     print(f"results: judging {section.study.path.name} by protocol v{section.protocol.version}", flush=True)

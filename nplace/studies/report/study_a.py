@@ -96,9 +96,9 @@ def stability_table(protocol, measures) -> str:
                          "failed: diverged / did not learn", "transient blow-ups", "top rate fails"], rows)
 
 
-def training_line(module, arg: str, measures) -> str:
+def training_line(found, arg: str, measures) -> str:
   """Tokens per trial and per parameter in each shape (the configs the grid trains)."""
-  base = module.get_config(arg)
+  base = found.config(arg)
   tokens = base.train.steps * base.train.batch_size * base.train.get("grad_accum", 1) * base.data.seq_len
   per_shape = []
   for shape in measures.shapes:

@@ -9,24 +9,17 @@ from nplace.studies import grid, judge, markdown, three_way
 UNDERPOWERED = 0.8  # a claim whose test reproduces a true effect less often than this is marked
 
 
-def declared_version(module, arg) -> int:
-  """The version a variant's grid was declared and run under: its grid file's `declared(arg)`
-  where a later protocol alone judges the trials (the first one's section archived), else the
-  version of the protocol it judges them by first."""
-  return getattr(module, "declared", lambda arg: module.protocol(arg).version)(arg)
-
-
-def scale(module, arg: str, study) -> tuple[list[int], int]:
+def scale(found, arg: str, study) -> tuple[list[int], int]:
   """(the parameter counts of the study's models, ascending; the tokens one trial trains on)."""
-  base = module.get_config(arg)
+  base = found.config(arg)
   tokens = base.train.steps * base.train.batch_size * base.train.get("grad_accum", 1) * base.data.seq_len
   models = {tuple((k, v) for k, v in t.overrides.items() if k.startswith("model.")): t for t in study.trials}
   params = {size.model_info(grid.apply(base, t.overrides, t.name))["params"] for t in models.values()}
   return sorted(params), tokens
 
 
-def corpus(module, arg: str, study) -> str:
-  data = module.get_config(arg).data
+def corpus(found, arg: str, study) -> str:
+  data = found.config(arg).data
   if data.source != "synthetic":
     return f"the corpus `{data.source}`"
   rate = study.trials[0].summary.entropy_rate
@@ -34,13 +27,13 @@ def corpus(module, arg: str, study) -> str:
           f"tokens, entropy rate {rate:.2f} nats)")
 
 
-def scale_line(module, arg: str, study, found) -> str:
+def scale_line(grid_file, arg: str, study, found) -> str:
   """One line: the corpus, the models' sizes and the tokens a trial (`found`, the study's
   `scale`), and what the study stands in for."""
   params, tokens = found
   sizes = markdown.count(params[0]) + ("" if len(params) == 1 else f" to {markdown.count(params[-1])}")
-  return (f"**Scale**: {corpus(module, arg, study)}; models of {sizes} parameters, {markdown.count(tokens)} "
-          f"tokens a trial: a small-scale proxy of the seed's claim about {module.SEED_SETTING}.")
+  return (f"**Scale**: {corpus(grid_file, arg, study)}; models of {sizes} parameters, {markdown.count(tokens)} "
+          f"tokens a trial: a small-scale proxy of the seed's claim about {grid_file.seed_setting}.")
 
 
 def effects(verdict) -> str:
