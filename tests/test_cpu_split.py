@@ -77,7 +77,7 @@ suite.suite = watched
 loop, config.probe.every = hooks.Hooks(), 1
 run = Run("run", config, None, writer=types.SimpleNamespace(summary=False),
           summary=types.SimpleNamespace(status="completed"))
-hooks.probe_hook(loop, Cell([run], jax.devices()), types.SimpleNamespace(message=print))
+hooks.probe_hook(loop, Cell([run], jax.devices()), types.SimpleNamespace(message=print, who=lambda name, stacked: ""))
 loop.start({"params": jax.device_put(params, sharding.replicated(mesh))})
 print(json.dumps({"options": cpu_split.compiler_options(mesh),
                   # the power iteration's [layers, 1 sequence, T, d] vectors, split by layer

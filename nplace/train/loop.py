@@ -75,7 +75,7 @@ def _check_steps(run, extend: bool) -> None:
   train.steps, unless `extend` (and it is not past the new last step): its learning-rate schedule
   was set for those steps, so training it on is not a fresh run of these."""
   step, steps = run.mngr.latest_step(), run.config.train.steps
-  if step is None:
+  if not step:  # none, or step 0 (a converted or initialised model): nothing trained on a schedule yet
     return
   try:
     saved = checkpoint.saved_config(run.mngr, step)["train"]["steps"]
