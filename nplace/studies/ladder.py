@@ -298,19 +298,26 @@ class Ladder:
   def ran(self, arm, width) -> bool:
     return (arm, width) in self.declared
 
-  def edges(self, arm, width) -> list[Edge] | None:
-    """Each seed's edge at the width; None until every seed has run at every declared rate."""
+  def _by_seed(self, arm, width) -> list[list[tuple[float, object]]] | None:
+    """Each seed's (log10 rate, point) at every rate the width declares, in rate order; None until
+    every seed has run at every one."""
     rates = self.declared.get((arm, width))
     points = self._points(arm, width)
     seeds = sorted({p.seed for p in points}, key=str)
     if not rates or len(seeds) < self.protocol.seeds:
       return None
-    found = []
-    for seed in seeds:
-      mine = {round(math.log10(p.lr), 9): p for p in points if p.seed == seed}
-      if set(mine) != set(rates):
-        return None
-      stable = [r for r, p in mine.items() if not p.failed and not p.blew_up]
+    found = [sorted(((round(math.log10(p.lr), 9), p) for p in points if p.seed == seed), key=lambda rp: rp[0])
+             for seed in seeds]
+    return None if any([r for r, _ in mine] != list(rates) for mine in found) else found
+
+  def edges(self, arm, width) -> list[Edge] | None:
+    """Each seed's edge at the width; None until every seed has run at every declared rate."""
+    by_seed = self._by_seed(arm, width)
+    if by_seed is None:
+      return None
+    rates, found = self.declared[(arm, width)], []
+    for mine in by_seed:
+      stable = [r for r, p in mine if not p.failed and not p.blew_up]
       if not stable:
         found.append(Edge(rates[0] - self.step, CEILING))
       else:
@@ -320,20 +327,12 @@ class Ladder:
   def tuned(self, arm, width) -> list[float] | None:
     """Each seed's tuned rate (log10): its lowest final validation loss, a diverged run at ln V;
     None until complete."""
-    rates = self.declared.get((arm, width))
-    points = self._points(arm, width)
-    seeds = sorted({p.seed for p in points}, key=str)
-    if not rates or len(seeds) < self.protocol.seeds:
+    by_seed = self._by_seed(arm, width)
+    if by_seed is None:
       return None
-    cap = math.log(points[0].trial.vocab_size)
-    found = []
-    for seed in seeds:
-      mine = sorted(((round(math.log10(p.lr), 9), p) for p in points if p.seed == seed), key=lambda rp: rp[0])
-      if [r for r, _ in mine] != list(rates):
-        return None
-      losses = [self.sweep.final_loss(p) for _, p in mine]
-      found.append(rates[int(np.argmin([x if math.isfinite(x) else cap for x in losses]))])
-    return found
+    cap = math.log(by_seed[0][0][1].trial.vocab_size)
+    return [mine[int(np.argmin([x if math.isfinite(x) else cap
+                                for x in (self.sweep.final_loss(p) for _, p in mine)]))][0] for mine in by_seed]
 
   def _both(self, claim) -> tuple:
     """The widths the claim reads: its declared ones, else every width where all its arms ran."""

@@ -52,10 +52,9 @@ def placement_rows(found, width_columns: int) -> list[list[str]]:
     for arm in measures.arms:
       rates = sorted((measures.max_stable_lr(arm, shape, seed) for seed in measures.seeds),
                      key=lambda r: -math.inf if r is None else r)
-      text = ", ".join("none" if r is None else f"{r:.2g}" for r in rates)
+      shown = ["none" if r is None else f"{r:.2g}" for r in rates]
       rows.append([arm, f"{grid_file.config(arg).data.source} ({shape})",
-                   f"{'none' if rates[len(rates) // 2] is None else f'{rates[len(rates) // 2]:.2g}'} ({text})",
-                   *["-"] * (width_columns - 1)])
+                   f"{shown[len(shown) // 2]} ({', '.join(shown)})", *["-"] * (width_columns - 1)])
   return rows
 
 
@@ -85,13 +84,13 @@ def report(results_dir, width: int | None = None) -> tuple[str, dict]:
 def fit_table(found, measures: ladder.Ladder, width: int, out: dict) -> str:
   """Each ladder arm's line over the plan's fit widths at `width`'s parameters."""
   study, grid_file, arg = found
-  plan = grid_file.judged_by(arg)[0].ladder
-  sweep = grid_file.sweep(arg)
-  shaped = next(o for o in sweep if results.arm_of(grid_file.judged_by(arg)[0].arms, o) == measures.arms[0])
+  protocol = grid_file.judged_by(arg)[0]
+  plan = protocol.ladder
+  shaped = next(o for o in grid_file.sweep(arg) if results.arm_of(protocol.arms, o) == measures.arms[0])
   head = shaped["model.d_model"] // shaped["model.n_head"]
   overrides = {**shaped, "model.d_model": width, "model.n_head": max(1, width // head)}
   try:
-    x = ladder.log_params(grid_file.config(arg), [overrides], grid_file.judged_by(arg)[0].arms)[width]
+    x = ladder.log_params(grid_file.config(arg), [overrides], protocol.arms)[width]
   except grid.GridError as e:
     raise UsageError(f"--width {width}: {e}") from None
   inside = min(plan.fit_widths) <= width <= max(plan.fit_widths)
