@@ -30,6 +30,7 @@ def _run(*command):
     (["--placements", "pre,nope"], "'nope'"),
     (["--remat", "nope"], "model.remat='nope'"),
 ])
+@pytest.mark.slow
 def test_a_bad_argument_is_one_line_naming_it(args, named):
   done = _run(sys.executable, str(SCRIPT), *args)
   assert done.returncode == 2 and done.stdout == "", done
@@ -46,6 +47,7 @@ def test_without_torch_it_says_how_to_install_it():
     (["--config", "experiments/nope.py:cpu"], "nope.py: no such file"),
     (["--config", "experiments/stability.py:cpu", "--trials", "0"], "--trials"),
 ])
+@pytest.mark.slow
 def test_cell_overhead_a_bad_argument_is_one_line_naming_it(args, named):
   done = _run(sys.executable, str(SCRIPT.parent / "cell_overhead.py"), *args)
   assert done.returncode == 2 and done.stdout == "", done

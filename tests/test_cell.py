@@ -105,6 +105,7 @@ def scalars(run_dir, tag):
   return events.read_scalars(run_dir)[tag]
 
 
+@pytest.mark.slow
 def test_a_cell_trains_and_evaluates_each_trial_as_it_does_alone(keys):
   """Every logged train loss and eval loss (and the summary's val loss) of each trial, in the
   cell against alone, for trials apart in every free key. rtol 1e-5: float32 rounding only (the
@@ -130,6 +131,7 @@ def test_a_cell_trains_and_evaluates_each_trial_as_it_does_alone(keys):
   assert [t["status"] for t in record["trials"]] == ["completed"] * 3
 
 
+@pytest.mark.slow
 def test_each_trial_of_a_cell_is_a_run_of_its_own(keys, experiment, env, tmp_path):
   """Its own checkpoints, probes and summary: `nplace eval` and `nplace probe` read it alone."""
   root, _ = keys
@@ -151,6 +153,7 @@ def test_each_trial_of_a_cell_is_a_run_of_its_own(keys, experiment, env, tmp_pat
   assert probed["step"] == 20 and probed["similarity"][-1] == pytest.approx(float(similarity[NAMES[1]][1][-1]), rel=1e-4)
 
 
+@pytest.mark.slow
 def test_report_gives_the_batched_grid_the_table_of_the_unbatched_one(keys, env, tmp_path):
   root, _ = keys
   tables = {}
@@ -165,6 +168,7 @@ def test_report_gives_the_batched_grid_the_table_of_the_unbatched_one(keys, env,
     assert float(cell_row[4]) == pytest.approx(float(alone_row[4]), abs=2e-4)  # val loss, 4 decimals
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,guard", [("stop", "select"), ("skip", "cond")])  # cond: a select under the cell's vmap
 def test_a_diverging_trial_stops_alone_while_the_others_train_on(experiment, tmp_path, monkeypatch, mode, guard):
   monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "cache"))
@@ -194,6 +198,7 @@ def wait_for(proc, path, timeout=300):
     time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_a_cell_killed_then_preempted_resumes_every_trial_exactly(experiment, env, tmp_path):
   """Two runs over the two CPU devices (the trial axis: no all-reduce), 40 steps. SIGKILL after
   the step-20 checkpoints and a rerun; SIGTERM after step 30's: every run saves one step and
@@ -239,6 +244,7 @@ def test_trials_share_a_cell_only_where_one_program_serves_them(experiment):
     cell_lib.varying([trials[0].config, trials[4].config])
 
 
+@pytest.mark.slow
 def test_list_prints_one_runnable_command_per_cell(experiment, tmp_path, capsys, monkeypatch):
   monkeypatch.setenv("NPLACE_CACHE", str(tmp_path / "cache"))
   argv = ["sweep", "--config", f"{experiment}:mixed", "--workdir", str(tmp_path), "--batch", "3"]
@@ -259,6 +265,7 @@ def test_the_trial_axis_takes_the_devices_that_divide_the_cell(trials, devices, 
   assert sharding.trial_ways(load_experiment("tiny").mesh, devices, trials) == ways
 
 
+@pytest.mark.slow
 def test_cells_of_one_program_compile_it_once(experiment, tmp_path, monkeypatch):
   """Two cells of one shape and placement, one varying lr and the other weight decay and eps (each
   cell's step takes all three as arguments, steps.ALWAYS_TRACED): the second cell reads every

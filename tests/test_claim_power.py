@@ -31,6 +31,7 @@ def rejudged():
   return measures_lib.measures_for(STABILITY.PROTOCOL_V4_REJUDGED, study, STABILITY.GRID, "cpu")
 
 
+@pytest.mark.slow
 def test_every_rejudged_claim_is_reproduced_by_no_effect_in_at_most_5_percent(rejudged):
   protocol = STABILITY.PROTOCOL_V4_REJUDGED
   found = {c.id: three_way.operating(c, protocol, rejudged, seed=1) for c in protocol.claims}
@@ -885,6 +886,7 @@ def _ladder_run(spread: float, seed: int = 0):
   return LADDER, run_as_declared(true, best)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spread", [0.0, 0.2])
 def test_every_ladder_claim_is_reproduced_by_no_effect_in_at_most_5_percent(spread):
   """Each claim's nulls (separations: each width's seeds pooled and reassigned; trends: lines at
@@ -924,6 +926,7 @@ def _design_power(claim_id: str, draws: int, rng) -> float:
   return float(np.mean(found))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("claim_id", ["gap_holds", "peri_above_pre_at_every_width"])
 def test_the_power_the_page_states_for_a_ladder_claim_is_the_designs(claim_id):
   module, measures = _ladder_run(0.0)

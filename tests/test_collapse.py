@@ -208,6 +208,7 @@ def _attention_branch_rms(config, overrides: dict, seed: int) -> np.ndarray:
   return np.sqrt(np.mean(np.square(np.asarray(out_LBTD, np.float64)), axis=(1, 2, 3)))
 
 
+@pytest.mark.slow
 def test_the_matched_control_is_as_small_at_init_as_the_centered_arm():
   """The declared scale, measured again on seed 0 at the cpu tier's shape: the softmax branch's
   rms over the centered one's, pooled over the blocks, and the control's own branch against the

@@ -94,6 +94,7 @@ def test_usage_errors_are_one_line(capsys, argv, needle):
   assert code == 2 and err.count("\n") == 1 and needle in err, err
 
 
+@pytest.mark.slow
 def test_console_script_info_json_and_error():
   nplace = pathlib.Path(sys.executable).parent / "nplace"
   done = subprocess.run([nplace, "info", "--config", f"{GPT2}:124m,peri", "--json"],
@@ -126,6 +127,7 @@ def test_help_lists_every_command():
   assert all(main.COMMANDS[name] in line for name, line in listed.items())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", main.COMMANDS)
 def test_every_command_answers_help_as_installed(name):
   """`nplace CMD --help`: exit 0, the usage, and every flag the command defines with its doc."""
@@ -185,6 +187,7 @@ def test_an_unwritable_output_fails_in_one_line_before_the_work(argv, heavy, cap
   assert err.startswith(f"nplace {argv[0]}: {flag} {UNWRITABLE}: cannot write there (") and err.count("\n") == 1, err
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_early_ends_the_command_quietly():
   """`nplace sweep --list | head`: the pipe closes before the listing is written."""
   proc = subprocess.Popen([pathlib.Path(sys.executable).parent / "nplace", "sweep", "--config",

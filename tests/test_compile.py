@@ -24,6 +24,7 @@ def compile_cli(*args, cwd):
                         text=True, timeout=600)
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_tiny_config_fits_a_v5e_slice(tmp_path):
   # bfloat16 with probes: the spectral-norm probe once mixed float32 tangents into a bf16 model
@@ -42,6 +43,7 @@ def test_tiny_config_fits_a_v5e_slice(tmp_path):
   assert "could not determine TPU" not in done.stderr and "INVALID_ARGUMENT" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_chunked_loss_over_a_padded_head_compiles_with_fsdp(tmp_path):
   # padding the head's table inside the loss's loop made XLA's TPU compiler fail a RET_CHECK
@@ -52,6 +54,7 @@ def test_chunked_loss_over_a_padded_head_compiles_with_fsdp(tmp_path):
   assert json.loads(done.stdout)["mesh"]["fsdp"] == 4
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_oversized_config_exits_3_with_one_line(tmp_path):
   # a 2M-token vocabulary at width 2048: 4.1e9 embedding weights, 16 bytes each with Adam

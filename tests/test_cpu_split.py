@@ -88,6 +88,7 @@ print(json.dumps({"options": cpu_split.compiler_options(mesh),
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices,split", [(1, False), (max(cpu_split.cores(), 2), True)])
 def test_a_split_host_runs_ops_on_one_thread_and_the_probes_over_its_devices(devices, split):
   """The probe suite's stacks of estimates spread over the devices (sharding.spread) give
@@ -103,6 +104,7 @@ def test_a_split_host_runs_ops_on_one_thread_and_the_probes_over_its_devices(dev
   assert got["hook_devices"] == [devices]  # the hook's suite runs over the train mesh
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(cpu_split.cores() < 2, reason="needs two cores")
 def test_a_run_split_per_core_trains_like_one_device(tmp_path, env):  # noqa: F811
   split = run(tmp_path / "split", "--config.train.steps=3", env=env)
@@ -114,6 +116,7 @@ def test_a_run_split_per_core_trains_like_one_device(tmp_path, env):  # noqa: F8
   np.testing.assert_allclose([split[s] for s in (1, 2, 3)], [one[s] for s in (1, 2, 3)], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_devices_the_batch_does_not_split_over_are_a_config_error(tmp_path, env):  # noqa: F811
   out = run(tmp_path / "run", "--config.train.cpu_devices=3", env=env, expect=2)
   assert out.count("\n") == 1 and "train.batch_size" in out and "3 devices" in out, out
@@ -141,6 +144,7 @@ GRID = Grid(config=get_config, sweep=get_sweep)
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(cpu_split.cores() < 2, reason="needs two cores")
 def test_a_sweeps_later_trial_takes_the_devices_its_batch_splits_over(tmp_path, env):  # noqa: F811
   """The first trial split the host; the second's 3 rows do not split over 2 devices, so it

@@ -121,6 +121,7 @@ def test_window_longer_than_a_split(data):
     loader.make_iterator(data, "val", 1, seed=0, shuffle=False, process_index=0, process_count=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split,shuffle,processes", [("train", True, 1), ("train", True, 3), ("val", False, 2)])
 @pytest.mark.parametrize("dataset", ["data", "sharded"])
 def test_batches_are_grains_order_of_the_brute_force_windows(dataset, split, shuffle, processes, request):

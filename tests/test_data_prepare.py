@@ -130,6 +130,7 @@ def test_half_written_directory_is_redone(tmp_path):
   np.testing.assert_array_equal(all_tokens(out), reference)
 
 
+@pytest.mark.slow
 def test_killed_run_leaves_nothing_that_is_used(tmp_path):
   out = tmp_path / "out"
   cmd = [sys.executable, "-m", "nplace.commands.main", "prepare", "--config",

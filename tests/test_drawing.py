@@ -8,6 +8,7 @@ from nplace.logs import drawing, plots
 from nplace.probes import figures
 
 
+@pytest.mark.slow
 def test_pixels_match_drawing_here_and_the_child_runs_at_nice_19():
   drawer = drawing.Drawer()
   args = "rms", np.exp(np.linspace(0, 1, 5)), "block"

@@ -88,6 +88,7 @@ def scored(run):
   return scores
 
 
+@pytest.mark.slow
 def test_an_untrained_model_scores_high_teacher_forced_and_low_generated(scored):
   # its argmax is mostly its own input token, one position off the target: ROUGE's overlap forgives that
   untrained = scored["untrained"]
@@ -118,6 +119,7 @@ def test_the_language_itself_beats_both_on_generated_rouge_but_not_teacher_force
     {"placement": "peri", "embed_norm": True, "norm": "dyt", "mlp": "swiglu"},
     {"placement": "hybrid", "attention_impl": "xla"},
     {"placement": "mix", "n_layer": 3, "mix_post_fraction": 0.5, "remat": "full", "dtype": "bfloat16"}])
+@pytest.mark.slow
 def test_the_kv_cache_generates_the_tokens_of_a_full_forward_per_token(make_config, model):
   """The eval step's continuations, decoder.generate's (a KV cache, both batches' rows in one
   loop), are those of a full forward per new token (steps.greedy_continuation: the decoding
@@ -152,6 +154,7 @@ def test_training_summary_holds_the_eval_numbers(run):
   assert {"eval/teacher_forced_rougeL", "eval/copy_rougeL", "eval/gen_rougeL"} <= tags and "eval/rougeL" not in tags
 
 
+@pytest.mark.slow
 def test_eval_command_reproduces_training_eval_from_the_checkpoint_config(run, tmp_path):
   workdir, _, summary = run
   done = eval_command("--workdir", workdir, "--json", tmp_path / "eval.json")

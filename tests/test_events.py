@@ -1,5 +1,6 @@
 """Reading event files back: scalars with resumes purged, probe histories per kind."""
 import numpy as np
+import pytest
 from tensorboardX import SummaryWriter
 
 from nplace.logs import events
@@ -23,6 +24,7 @@ def test_read_scalars_drops_what_a_resume_rewrote(tmp_path):
   assert got["perf/mfu"][0].tolist() == [1, 2, 3, 4]  # purged from 5 on for every tag
 
 
+@pytest.mark.slow
 def test_probe_history_of_a_real_run(probe_run):
   found = history.read(probe_run)
   scalars = events.read_scalars(probe_run)

@@ -91,6 +91,7 @@ def test_auto_is_fused_unless_the_centered_ablation_needs_the_probabilities():
   assert sown_probs(attention_impl="auto", attention="centered") is not None
 
 
+@pytest.mark.slow
 def test_a_fused_training_run_still_probes_the_attention(probe_run):
   """conftest's real `nplace train` trains with attention_impl=dot_product (fused) and runs the
   probe suite, which needs the probabilities, at every step."""

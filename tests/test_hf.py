@@ -98,6 +98,7 @@ def gpt2(tmp_path_factory):
               config=config, flags=flags)
 
 
+@pytest.mark.slow
 def test_the_test_checkpoint_is_what_transformers_reads(gpt2):
   """transformers' own loader maps the written file back to exactly the drawn weights."""
   loaded = FlaxGPT2LMHeadModel.from_pretrained(gpt2["dir"]).params
@@ -215,6 +216,7 @@ def test_convert_usage_errors_are_one_line(argv, needle):
   assert code == 2 and err.count("\n") == 1 and needle in err, err
 
 
+@pytest.mark.slow
 def test_probe_runs_on_a_converted_checkpoint(small, tmp_path):
   code, _, err = run("probe", *small["flags"], "--workdir", small["workdir"], "--json", tmp_path / "p.json")
   assert code == 0, err
@@ -226,6 +228,7 @@ def test_probe_runs_on_a_converted_checkpoint(small, tmp_path):
   assert code == 2 and err.count("\n") == 1 and "model.n_head=8" in err, err
 
 
+@pytest.mark.slow
 def test_train_fine_tunes_a_converted_checkpoint(small, tmp_path):
   workdir = tmp_path / "run"
   shutil.copytree(small["workdir"], workdir)

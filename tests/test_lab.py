@@ -51,6 +51,7 @@ def small_config(placement, cache_dir=None):
   return c
 
 
+@pytest.mark.slow
 def test_scorecard_lists_the_placement_then_the_baselines_and_predicts_no_rate(scorecard):
   """Every row a measurement: no rule's predicted maximum stable rate, score or rule line (rule
   version 3 showed no skill against the grids)."""
@@ -72,6 +73,7 @@ def test_scorecard_lists_the_placement_then_the_baselines_and_predicts_no_rate(s
                  for card in got["cards"].values())
 
 
+@pytest.mark.slow
 def test_json_holds_every_probe_and_the_checks_drawn_from_them(scorecard):
   _, got = scorecard
   assert (got["depth"], got["width"]) == (2, 32)
@@ -92,6 +94,7 @@ def test_json_holds_every_probe_and_the_checks_drawn_from_them(scorecard):
   assert set(got["cards"]["peri"]["checks"]["backward_products"]) == {"norm_in", "norm_out"}
 
 
+@pytest.mark.slow
 def test_the_warmup_is_constant_rate_adamw_on_the_training_batches(tmp_path, monkeypatch):
   """`adam_warmup` against AdamW written out (gradients clipped to the global norm, moments
   bias-corrected, decay decoupled on the decay mask) at LR_REF from the first step on, over
@@ -125,6 +128,7 @@ def test_the_warmup_is_constant_rate_adamw_on_the_training_batches(tmp_path, mon
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7, err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.mark.slow
 def test_output_projections_x10_sharpen_the_warmed_up_model(tmp_path):
   """Pre-LN's branches are linear in their output scale: x10 on every output projection gives a
   larger preconditioned sharpness after the warmup."""
@@ -156,6 +160,7 @@ def exact_block_jacobians(cfg, tokens_BT, seed):
   return jnp.stack([per_block(params), per_block(lab_checks.scale_outputs(params, lab_checks.SCALE))])
 
 
+@pytest.mark.slow
 def test_scale_check_matches_jacfwd(scorecard):
   """The lab's |J_l - I| (Hutchinson) at c = 1 and c = SCALE against the exact block
   Jacobians at the same inputs: Peri-LN exactly invariant, Pre-LN's branch ~ c."""
@@ -219,6 +224,7 @@ def test_bad_input_is_one_line_before_any_compile(capsys, monkeypatch, argv, nee
   assert err.count("\n") == 1 and needle in err, err
 
 
+@pytest.mark.slow
 def test_all_prints_each_placements_measured_maximum_stable_rate(capsys, tmp_path):
   """`nplace lab --all` on the committed results: every configuration of the placements grid
   (its own and the ones it reuses), the median seed's maximum stable rate and each seed's,

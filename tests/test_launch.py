@@ -207,6 +207,7 @@ def calls(tmp_path):
   return [line.split(" --")[0] for line in (tmp_path / "calls.log").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_up_resumes_after_a_preemption_then_deletes_the_slice(fake_cloud):
   tmp_path, env = fake_cloud
   done = launch("tpu.py", "up", *WHERE, "--name=resume-test", "--accelerator=v5litepod-16",

@@ -32,6 +32,7 @@ def _faults_per_call(mode):
   return applied == "True", float(faults)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
 def test_kept_memory_is_reused_instead_of_faulted_in_every_call():
   applied, kept = _faults_per_call("keep")

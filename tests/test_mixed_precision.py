@@ -44,12 +44,14 @@ def runs():
   return out
 
 
+@pytest.mark.slow
 def test_bfloat16_run_tracks_the_float32_run(runs):
   (f32, _), (bf16, _) = runs["float32"], runs["bfloat16"]
   assert f32[:3].mean() - f32[-3:].mean() > 0.3  # it learns: not two flat lines compared
   assert np.max(np.abs(bf16 - f32)) < TRACKING_NATS, np.abs(bf16 - f32)
 
 
+@pytest.mark.slow
 def test_bfloat16_state_stays_float32(runs):
   _, state = runs["bfloat16"]
   dtypes = {x.dtype for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)}
@@ -66,6 +68,7 @@ def test_bfloat16_computes_in_bfloat16_with_float32_norm_statistics_and_logits()
   assert logits.dtype == jnp.float32
 
 
+@pytest.mark.slow
 def test_probe_suite_runs_in_bfloat16(runs):
   c = config("bfloat16")
   c.probe.update(power_iters=0, hutchinson_probes=1, batch_size=2)  # spectral: compiled in bf16 by test_fit

@@ -46,6 +46,7 @@ NEW = [  # the other placements and the options, one combination each. lns and d
     (p, n, f, dt, False) for p, n, f in itertools.product(CLASSIC, ("layernorm", "rmsnorm"), ("gelu", "swiglu"))
     for dt in (0.1,)] + [(p, "layernorm", "gelu", 1.0, False) for p in CLASSIC] + [
     (p, n, f, 0.1, qk) for p, n, f, qk in NEW])
+@pytest.mark.slow
 def test_block_equals_formula(make_config, placement, norm, mlp, dt, qk_norm):
   cfg = make_config(placement=placement, norm=norm, mlp=mlp, dt=dt, qk_norm=qk_norm).model
   params = random_params(cfg, jax.random.key(0))
@@ -68,6 +69,7 @@ def test_centered_attention_block_equals_formula(make_config, placement):
 @pytest.mark.parametrize("placement,embed_norm,remat,embed_scale", [
     ("post", False, "full", 1.0), ("lns", False, "dots", 1.0), ("peri", True, "none", 1.0),
     ("peri", False, "dots_no_batch", 8.0)])
+@pytest.mark.slow
 def test_decoder_equals_formula(make_config, placement, embed_norm, remat, embed_scale):
   """Scanned, rematerialised stack == the layers applied one by one. lns is pre with its input
   scaled by 1/sqrt(l): the scan must hand each layer its own l."""
@@ -79,6 +81,7 @@ def test_decoder_equals_formula(make_config, placement, embed_norm, remat, embed
                              rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_unrolled_layers_keep_the_parameters_and_the_bits(make_config):
   """model.scan_unroll changes how the layer loop is compiled, not what it computes: the same
   parameter tree (a checkpoint loads either way), the same loss and gradients to the bit, and the
@@ -97,6 +100,7 @@ def test_unrolled_layers_keep_the_parameters_and_the_bits(make_config):
   jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("placement,qk_norm,dtype", [("pre", False, "float32"), ("hybrid", True, "bfloat16")])
 def test_fused_qkv_projection_keeps_the_parameters_and_the_function(make_config, placement, qk_norm, dtype):
   """model.qkv_projection=fused computes q, k and v in one product over the stacked kernels: the
@@ -121,6 +125,7 @@ def test_fused_qkv_projection_keeps_the_parameters_and_the_function(make_config,
 @pytest.mark.parametrize("chunks,multiple,dtype,head_loss", [
     (2, 1, "float32", "gather"), (6, 128, "float32", "gather"), (1, 64, "float32", "gather"),
     (3, 128, "bfloat16", "gather"), (1, 64, "float32", "one_hot"), (3, 128, "bfloat16", "one_hot")])
+@pytest.mark.slow
 def test_chunked_loss_and_padded_head_equal_the_plain_loss(make_config, chunks, multiple, dtype, head_loss):
   """loss_chunks, head_vocab_multiple and head_loss only change how the head and loss are
   computed: the value and every gradient stay those of the whole, unpadded head. The one-hot
@@ -142,6 +147,7 @@ def test_chunked_loss_and_padded_head_equal_the_plain_loss(make_config, chunks, 
     np.testing.assert_allclose(scheduled[0], nll, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("placement", CLASSIC)
 def test_causal(make_config, placement):
   cfg = make_config(placement=placement).model
@@ -154,6 +160,7 @@ def test_causal(make_config, placement):
   assert not np.allclose(a[:, t:], b[:, t:])
 
 
+@pytest.mark.slow
 def test_dt_one_is_unscaled_and_dt_scales_branch(make_config):
   cfg1 = make_config(placement="pre", dt=1.0).model
   params = random_params(cfg1, jax.random.key(8))
@@ -186,6 +193,7 @@ def test_pre_block_branch_scales_with_output_scale(make_config):
   assert np.abs(branch).mean() > 0.1
 
 
+@pytest.mark.slow
 def test_init_schemes_set_weight_scale(make_config):
   key = jax.random.key(14)
   gpt2 = decoder.init(make_config(init="gpt2", n_layer=8, d_model=64).model, key)
@@ -207,6 +215,7 @@ def test_every_param_has_logical_axes(make_config):
   assert tuple(specs["blocks"]["attn"]["q"]["kernel"]) == ("layers", "embed", "heads", "kv")
 
 
+@pytest.mark.slow
 def test_mix_is_one_stack_switching_post_to_pre(make_config):
   """mix keeps pre's parameter tree (probes, checkpoints, sharding unchanged); its layers
   l <= floor(f L) compute post's formula, the rest pre's, with the same weights."""
@@ -220,6 +229,7 @@ def test_mix_is_one_stack_switching_post_to_pre(make_config):
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_placement_inits(make_config):
   """DeepNet's beta on v, o, MLP in/out (GPT-2's depth scaling replaced); LNS drops the
   depth scaling; ReZero's scalars start at 0 (each block is the identity); DyT's alpha at 0.5."""

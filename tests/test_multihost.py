@@ -66,6 +66,7 @@ def reference(tmp_path_factory, env):
   return root
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_process(reference):
   # The last step (24) is a checkpoint step and no eval step: the final eval must still run.
   single, multi = losses(reference / "single"), losses(reference / "multi")
@@ -82,6 +83,7 @@ def wait_for_logged(workdir, step, procs, timeout=300):
     time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_sigkill_then_sigterm_to_both_resume_the_same_curve(tmp_path, reference, env):
   """SIGKILL to both after checkpoint 8 and a relaunch; then SIGTERM to both, 0.3 s apart as a
   pod's workers get their notices (a few steps of this run): both stop at one step, save it

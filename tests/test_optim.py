@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from nplace.config import base_config
 from nplace.model import decoder
@@ -38,6 +39,7 @@ def test_decay_mask_spares_rezero_scalars_and_qk_norms():
   assert not rezero["blocks"]["attn"]["q_norm"]["scale"] and rezero["blocks"]["attn"]["q"]["kernel"]
 
 
+@pytest.mark.slow
 def test_weight_decay_touches_only_masked_params_and_clip_bounds_update():
   cfg = tiny_config().model
   params = decoder.init(cfg, jax.random.key(0))

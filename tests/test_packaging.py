@@ -7,12 +7,15 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from nplace import config
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 
 
+@pytest.mark.slow
 def test_wheel_holds_every_module_and_experiment(tmp_path):
   """pyproject.toml lists the packages: a subpackage left off that list would be missing here."""
   subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp_path, ROOT],

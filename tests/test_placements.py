@@ -30,6 +30,7 @@ def compiled(fn, *args):
   return jax.jit(fn).lower(*args).compile(FAST_COMPILE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("placement", CASES)
 def test_trains_and_is_probed(placement):
   """The tiny preset, shrunk: 2 AdamW steps on one batch lower its loss; the probe suite then

@@ -8,6 +8,7 @@ from nplace.commands import main, plot as plot_command
 from nplace.logs import plots
 
 
+@pytest.mark.slow
 def test_plot_command_compares_a_run_and_a_probe_json(probe_run, tmp_path, capsys):
   probed = tmp_path / "init.json"
   probed.write_text(json.dumps({"similarity": [0.05, 0.2], "placement": "post", "n_layer": 2, "step": 0}))
@@ -28,6 +29,7 @@ def test_plot_command_compares_a_run_and_a_probe_json(probe_run, tmp_path, capsy
     (["{run}", "--probe", "similarity", "--out", "x.jpgg"], "--out x.jpgg: not an image file type"),
     (["{run}", "--probe", "similarity", "--out", "x"], "--out x: not an image file type"),
 ])
+@pytest.mark.slow
 def test_plot_bad_input_is_one_line(probe_run, capsys, argv, needle):
   argv = [a.format(run=probe_run) for a in argv]
   assert main.main(["plot", *argv]) == 2

@@ -93,6 +93,7 @@ def test_preconditioned_top_eigenvalue_is_eighs_of_the_scaled_hessian(mlp):
   assert float(plain) == pytest.approx(eigenvalues(H)[-1], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_on_the_tiny_decoder_against_its_dense_hessian():
   """The real loss (2 blocks of width 8, vocabulary 16, 8 tokens, 1,952 parameters) at init:
   its Hessian-vector product, top eigenvalue, and top eigenvalue under a diagonal P."""

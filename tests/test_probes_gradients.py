@@ -32,6 +32,7 @@ def probed(request):
   return (cfg, params, *jax.jit(both)(params))
 
 
+@pytest.mark.slow
 def test_residual_grad_matches_per_layer_grad(probed):
   _, _, (_, _, _, g_taps), (want, _) = probed
   np.testing.assert_allclose(gradients.residual_grad(g_taps), want, rtol=2e-4)

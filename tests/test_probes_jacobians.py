@@ -63,6 +63,7 @@ def probes(setup, exact):
   return [np.asarray(x, np.float64) for x in run(params, intermediates)]
 
 
+@pytest.mark.slow
 def test_frobenius_within_hutchinson_error(exact, probes):
   frob2_L, tol_L = hutchinson_bounds(exact[0], K)
   assert np.all(np.abs(probes[0] ** 2 - frob2_L) <= tol_L), (probes[0] ** 2, frob2_L, tol_L)

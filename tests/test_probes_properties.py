@@ -30,6 +30,7 @@ def peri_stack(request):
   return cfg, run
 
 
+@pytest.mark.slow
 @FEW
 @given(log_scale=st.floats(-3, 3), seed=st.integers(0, 2 ** 16))
 def test_peri_growth_bound_holds(peri_stack, log_scale, seed):

@@ -22,6 +22,7 @@ SMALL = ["--config.model.n_layer=2", "--config.model.d_model=32", "--config.mode
          "--config.probe.hutchinson_probes=2"]  # power_iters=0: spectral norms (tested apart) skipped
 
 
+@pytest.mark.slow
 def test_probe_command_at_init(tmp_path, capsys):
   out = tmp_path / "probe.json"
   assert main.main(["probe", "--config", f"{TINY}:peri", *SMALL, "--json", str(out)]) == 0
@@ -68,6 +69,7 @@ def expected_tags(history) -> dict:
   return tags
 
 
+@pytest.mark.slow
 def test_tensorboard_server_shows_every_probe_tag(probe_run, tensorboard_api):
   found = history.read(probe_run)
   want = expected_tags(found)
@@ -80,6 +82,7 @@ def test_tensorboard_server_shows_every_probe_tag(probe_run, tensorboard_api):
     assert served == tags, (plugin, sorted(served ^ tags))
 
 
+@pytest.mark.slow
 def test_tensorboard_serves_a_profile_png(tensorboard_api):
   (sample,) = [e for e in tensorboard_api("/data/plugin/images/images?run=.&tag=probe_profile/similarity&sample=0")
                if e["step"] == 2]
@@ -87,6 +90,7 @@ def test_tensorboard_serves_a_profile_png(tensorboard_api):
   assert Image.open(io.BytesIO(png)).size == (plots.WIDTH, plots.HEIGHT)
 
 
+@pytest.mark.slow
 def test_custom_scalars_one_chart_per_probe_with_all_its_layers(tensorboard_api):
   layout = tensorboard_api("/data/plugin/custom_scalars/layout")
   charts = {c["title"]: c["multiline"]["tag"] for cat in layout["category"] for c in cat["chart"]}
@@ -127,6 +131,7 @@ def test_early_schedule_probes_densely_up_to_its_last_step_and_draws_no_images_t
   assert summaries.draws_images(probe, 25, 25)  # the last step draws, early or not
 
 
+@pytest.mark.slow
 def test_log_image_schedule_draws_at_doublings_and_the_last_step_and_keeps_every_heatmap_row(tmp_path):
   config = tiny_config(placement="post", n_layer=3)
   config.probe.every, config.train.steps = 10, 70

@@ -110,6 +110,7 @@ def trials(root) -> list[dict]:
   return out
 
 
+@pytest.mark.slow
 def test_results_file_a_sweep_and_regenerate_the_readme_from_them_alone(grid, tmp_path, env):
   results_dir = tmp_path / "results"
   results_dir.mkdir()
@@ -131,6 +132,7 @@ def test_results_file_a_sweep_and_regenerate_the_readme_from_them_alone(grid, tm
   assert (results_dir / "README.md").read_text() == text
 
 
+@pytest.mark.slow
 def test_a_grid_filed_in_parts_from_two_sweep_directories_keeps_both_parts(grid, tmp_path, capsys):
   results_dir = tmp_path / "results"
   results_dir.mkdir()
@@ -147,6 +149,7 @@ def test_a_grid_filed_in_parts_from_two_sweep_directories_keeps_both_parts(grid,
   assert [(r["arm"], r["diverged"]) for r in rows] == [("Pre-LN", "3"), ("Peri-LN", "0")]  # both parts judged
 
 
+@pytest.mark.slow
 def test_study_a_table_counts_what_the_summaries_say(grid, tmp_path, env):
   out = tmp_path / "report"
   done = nplace("report", grid, "--out", out, env=env)
@@ -172,6 +175,7 @@ def test_study_a_table_counts_what_the_summaries_say(grid, tmp_path, env):
     assert (out / target / "summary.json").is_file()
 
 
+@pytest.mark.slow
 def test_plain_run_directories_get_a_runs_section_and_the_command_that_remakes_them(
     grid, tmp_path, capsys, monkeypatch):
   monkeypatch.chdir(ROOT)  # the commands name experiments/ from the repository root
@@ -364,6 +368,7 @@ def _sweep_copy(grid, tmp_path, edit) -> pathlib.Path:
   return copy
 
 
+@pytest.mark.slow
 def test_a_trial_trained_otherwise_than_its_grid_declares_is_refused(grid, tmp_path, capsys):
   results_dir = tmp_path / "results"
   results_dir.mkdir()
@@ -379,6 +384,7 @@ def test_a_trial_trained_otherwise_than_its_grid_declares_is_refused(grid, tmp_p
   assert snapshot(results_dir) == before
 
 
+@pytest.mark.slow
 def test_a_filed_trial_is_replaced_only_with_replace_and_is_named(grid, tmp_path, capsys):
   results_dir = tmp_path / "results"
   results_dir.mkdir()

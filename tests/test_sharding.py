@@ -61,6 +61,7 @@ def _temp_bytes(devices: int) -> int:
   return int(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_per_device_memory_does_not_grow_with_the_device_count():
   """The logits-gather regression: without activation constraints the fsdp step gathers the
   whole batch (the tiny preset took 93 MB of temporaries per device on 2 devices, 355 MB on 8)."""

@@ -9,6 +9,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from conftest import tiny_config, xla_flags
 from nplace.runtime import sharding
@@ -17,6 +18,7 @@ from nplace.train import state as train_state, steps
 TESTS = pathlib.Path(__file__).resolve().parent
 
 
+@pytest.mark.slow
 def test_meshes_give_the_losses_of_one_device():
   env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"), PYTHONPATH=str(TESTS))
   meshes = ["1,1,1", "8,1,1", "2,4,1", "2,2,2"]
@@ -35,6 +37,7 @@ def _one_device_steps(c):
   return train_state.init(c, shardings), step
 
 
+@pytest.mark.slow
 def test_grad_accumulation_equals_one_big_batch():
   results = {}
   for k in (1, 4):
@@ -51,6 +54,7 @@ def test_grad_accumulation_equals_one_big_batch():
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_non_finite_step_leaves_params_and_optimizer_state():
   """Either guard (train.update_guard): a finite step updates, a non-finite one keeps the params
   and optimizer state; the two guards' states are the same bits. The conditional one does it
@@ -93,6 +97,7 @@ STUDY_STEPS = {  # placement -> (loss, gradient norm) of 3 steps, as float.hex
 }
 
 
+@pytest.mark.slow
 def test_the_study_configs_train_step_is_bit_equal_to_the_filed_trials_step():
   from nplace.config import experiment
   found = {}
@@ -110,6 +115,7 @@ def test_the_study_configs_train_step_is_bit_equal_to_the_filed_trials_step():
   assert found == STUDY_STEPS
 
 
+@pytest.mark.slow
 def test_a_cell_traces_lr_weight_decay_and_eps_with_the_bits_of_constants():
   """A study cell varying only lr (as the grids' cells do) takes weight decay and eps as arguments
   too (steps.ALWAYS_TRACED: one program for a grid's cells of one shape and placement); its state

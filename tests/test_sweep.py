@@ -65,6 +65,7 @@ def train_losses(workdir):
   return {e.step: e.value for e in acc.Scalars("train/loss")}
 
 
+@pytest.mark.slow
 def test_killed_sweep_reruns_to_the_end_without_redoing_finished_trials(experiment, tmp_path, env):
   proc = subprocess.Popen(sweep(experiment, tmp_path), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)

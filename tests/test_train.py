@@ -73,6 +73,7 @@ def reference(tmp_path_factory, env):
   return workdir
 
 
+@pytest.mark.slow
 def test_run_completes_with_summary_and_scalars(reference):
   s = summary(reference)
   assert s["status"] == "completed" and s["step"] == 40 and s["diverged_at"] is None
@@ -89,6 +90,7 @@ def test_run_completes_with_summary_and_scalars(reference):
   assert s["collapsed"] is False
 
 
+@pytest.mark.slow
 def test_probes_run_at_init_every_n_steps_and_on_the_early_schedule(reference):
   """The early steps (5, 10) are probed but draw no images."""
   acc = event_accumulator.EventAccumulator(str(reference), size_guidance={"scalars": 0, "images": 0})
@@ -101,6 +103,7 @@ def test_probes_run_at_init_every_n_steps_and_on_the_early_schedule(reference):
   assert "probe_hist/similarity" in acc.Tags()["histograms"]
 
 
+@pytest.mark.slow
 def test_probe_command_reads_a_checkpoint(reference, tmp_path, env):
   out = tmp_path / "probe.json"
   done = subprocess.run([NPLACE, "probe", "--workdir", str(reference), "--step", "20", "--json", str(out),
@@ -113,6 +116,7 @@ def test_probe_command_reads_a_checkpoint(reference, tmp_path, env):
   assert result["similarity"][1] == pytest.approx(logged, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_probe_reads_the_checkpoints_config_and_says_what_it_does(reference, tmp_path, capsys):
   # no --config: the run's own (2 layers x 32, not tiny.py's), as `nplace eval` reads it
   out = tmp_path / "probe.json"
@@ -126,6 +130,7 @@ def test_probe_reads_the_checkpoints_config_and_says_what_it_does(reference, tmp
   assert lines[-1].startswith(f"wrote {out} (")
 
 
+@pytest.mark.slow
 def test_sigkill_after_checkpoint_resumes_exactly(tmp_path, reference, env):
   proc = start(tmp_path, "--config.train.steps=40", env=env)
   wait_for_checkpoint(tmp_path, 20, proc)
@@ -144,6 +149,7 @@ class Killed(BaseException):
   """The process killed in the middle of a step's hooks."""
 
 
+@pytest.mark.slow
 def test_a_run_killed_during_an_eval_redoes_it_on_resume(tmp_path, capsys, monkeypatch):
   from nplace.train import cell
   evaluate, calls = cell.Cell.evaluate, []
@@ -163,6 +169,7 @@ def test_a_run_killed_during_an_eval_redoes_it_on_resume(tmp_path, capsys, monke
   assert sorted(scalars(tmp_path, "eval/loss")) == [0, 20, 40]
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_left_as_it_is_and_another_train_steps_needs_extend(tmp_path, reference, capsys):
   workdir = tmp_path / "run"
   shutil.copytree(reference, workdir)
@@ -181,6 +188,7 @@ def test_a_finished_run_is_left_as_it_is_and_another_train_steps_needs_extend(tm
   assert summary(workdir)["step"] == 50 and summary(workdir)["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_sigterm_saves_reports_preempted_and_resumes(tmp_path, reference, env):
   proc = start(tmp_path, "--config.train.steps=40", "--config.checkpoint.every=10", env=env)
   wait_for_checkpoint(tmp_path, 10, proc)
@@ -197,6 +205,7 @@ def test_sigterm_saves_reports_preempted_and_resumes(tmp_path, reference, env):
   assert [resumed[s] for s in range(1, 41)] == [uninterrupted[s] for s in range(1, 41)]
 
 
+@pytest.mark.slow
 def test_a_truncated_checkpoint_file_is_one_line_naming_it_and_train_falls_back(tmp_path, reference, capsys):
   workdir = tmp_path / "run"
   shutil.copytree(reference, workdir)
@@ -214,6 +223,7 @@ def test_a_truncated_checkpoint_file_is_one_line_naming_it_and_train_falls_back(
   assert "warning: checkpoint 40 failed to restore (ValueError: OUT_OF_RANGE" in err and "resumed from step 20" in out
 
 
+@pytest.mark.slow
 def test_huge_learning_rate_diverges_and_keeps_a_checkpoint(tmp_path, env):
   run(tmp_path, "--config.train.steps=40", "--config.optim.lr=1e30", "--config.optim.warmup_steps=0",
       "--config.optim.clip_norm=0", "--config.checkpoint.every=1", env=env)

@@ -18,6 +18,7 @@ from nplace.train.summary import Summary
 RESULTS = pathlib.Path(__file__).resolve().parent.parent / "results"
 
 
+@pytest.mark.slow
 def test_the_committed_results_page_is_its_regeneration(tmp_path):
   def generated(directory, names):  # what the regeneration writes
     return [n for n in names if pathlib.Path(directory) == RESULTS and n in ("README.md", "figures")]
@@ -52,6 +53,7 @@ def _constructed_trial(overrides: dict, steps=1000, vocab=512, freq=4.48, rate=1
   return Trial(grid.trial_name(overrides), overrides, summary, loss, 50, vocab, val_loss=val)
 
 
+@pytest.mark.slow
 def test_a_sweep_run_in_part_is_judged_at_every_horizon_and_says_what_is_missing(tmp_path):
   """Study A's cpu grid (declared under protocol 2, judged by protocol 4's re-judgement) on
   constructed trials of its first shape only: the page names the missing part, gives every claim
@@ -78,6 +80,7 @@ def test_a_sweep_run_in_part_is_judged_at_every_horizon_and_says_what_is_missing
   assert "| 0.32, 0.32, 0.32, 0.32, 0.32 |" in peri and "| 0 / 5 of 35 |" in peri
 
 
+@pytest.mark.slow
 def test_a_widened_grid_is_judged_on_its_own_trials_and_the_ones_it_reuses(tmp_path):
   """Study A's cpu_wide grid (declared under protocol 3) files only the rates above cpu's top; its
   page judges all 9 rates, cpu's filed trials included, and says whose they are."""
@@ -114,6 +117,7 @@ def _growth_trial(overrides: dict, steps=1000):
   return Trial(grid.trial_name(overrides), overrides, summary, [(0, 6.2), (steps, 2.0)], 50, 512, probes)
 
 
+@pytest.mark.slow
 def test_a_growth_grid_is_judged_per_seed_and_a_missing_seed_is_not_testable(tmp_path):
   study = tmp_path / "results" / "growth_v3_cpu"
   study.mkdir(parents=True)

@@ -182,6 +182,7 @@ def runs(gcs, env, tmp_path_factory):
   return {"local": local, "uri": uri, "bucket": bucket, "outputs": [first, second]}
 
 
+@pytest.mark.slow
 def test_a_killed_bucket_run_resumes_to_the_local_runs_losses(runs):
   bucket, local = events.read_scalars(runs["bucket"]), events.read_scalars(runs["local"])
   steps, losses = bucket["train/loss"]
@@ -195,6 +196,7 @@ def test_a_killed_bucket_run_resumes_to_the_local_runs_losses(runs):
   assert summary["val_loss"] == json.loads((runs["local"] / "summary.json").read_text())["val_loss"]
 
 
+@pytest.mark.slow
 def test_a_bucket_runs_output_holds_no_gcsfs_warning(runs):
   for out in runs["outputs"]:
     noise = [line for line in out.splitlines() if any(n in line for n in GCSFS_NOISE)]
@@ -202,6 +204,7 @@ def test_a_bucket_runs_output_holds_no_gcsfs_warning(runs):
   assert "completed at step 8" in runs["outputs"][1]
 
 
+@pytest.mark.slow
 def test_eval_and_probe_read_a_bucket_run(runs, env, tmp_path):
   evaluated = nplace("eval", "--workdir", runs["uri"], "--json", tmp_path / "eval.json", env=env)
   probed = nplace("probe", "--workdir", runs["uri"], "--step", "8", "--json", tmp_path / "probe.json", *RUN,
@@ -217,11 +220,13 @@ def test_eval_and_probe_read_a_bucket_run(runs, env, tmp_path):
   assert not [line for out in outs for line in out.splitlines() if any(n in line for n in GCSFS_NOISE)]
 
 
+@pytest.mark.slow
 def test_report_reads_a_bucket_run(runs, env, tmp_path):
   out = finish(nplace("report", runs["uri"], "--out", tmp_path / "report", env=env))
   assert "report:" in out and "completed" in (tmp_path / "report/report.md").read_text()
 
 
+@pytest.mark.slow
 def test_tensorboard_lists_a_bucket_runs_scalars_and_images(runs, env):
   """`--load_fast=false`: TensorBoard's Python loader reads gs:// through fsspec, so gcsfs and
   STORAGE_EMULATOR_HOST. The default Rust data server (tensorboard-data-server, `--load_fast=auto`)
@@ -279,6 +284,7 @@ GRID = Grid(config=get_config, sweep=get_sweep)
 '''
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_mid_trial_in_a_bucket_reruns_to_the_end(gcs, env, tmp_path):
   (tmp_path / "grid.py").write_text(GRID)
   uri, bucket = gcs.create_bucket()
