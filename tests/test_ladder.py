@@ -11,6 +11,7 @@ import pytest
 
 from nplace.studies import grid, ladder, results, three_way
 from nplace.studies import verdict as v
+from nplace.studies.lab import measured
 from nplace.train.summary import Summary
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -430,3 +431,19 @@ def test_claims_stated_over_widths_32_to_128_read_only_those_widths():
   measures = run_as_declared(true)
   for claim_id in ("embed_norm_raises_edge", "output_norms_raise_edge"):
     assert measures._both(claim(claim_id)) == LADDER.FIT_WIDTHS
+
+
+def test_the_blind_prediction_is_committed_only_once_widths_32_to_128_are_filed_and_is_their_fit():
+  """`PREDICTED_256` is None until every fit width is filed for both blind arms; then it is the
+  line `nplace lab --all --width 256` prints over the filed widths (rounded to 0.001 decades)."""
+  _, out = measured.report(ROOT / "results", LADDER.BLIND_WIDTH)
+  fitted = out["fit"]["arms"]
+  blind = (LADDER.PRE, LADDER.PERI)
+  if not all(arm in fitted for arm in blind):
+    assert LADDER.PREDICTED_256 is None
+    return
+  assert LADDER.PREDICTED_256 is not None, "widths 32-128 are filed: commit their fit as PREDICTED_256"
+  assert set(LADDER.PREDICTED_256) == set(blind)
+  for arm in blind:
+    fit = fitted[arm]
+    assert LADDER.PREDICTED_256[arm] == pytest.approx((fit["log10_rate"], fit["low"], fit["high"]), abs=5e-4)
