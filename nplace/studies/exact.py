@@ -42,13 +42,6 @@ def smallest_shift_p(n_better: int, n_worse: int) -> float:
   return 1 / math.comb(n_better + n_worse, n_worse)
 
 
-def sign_p(wins: int, losses: int) -> float:
-  """One-sided exact sign test that wins outnumber losses (ties left out): P(Binomial(wins +
-  losses, 1/2) >= wins); 1 with nothing to compare."""
-  n = wins + losses
-  return float(stats.binomtest(wins, n, 0.5, alternative="greater").pvalue) if n else 1.0
-
-
 def fisher_p(failed_worse: int, runs_worse: int, failed_better: int, runs_better: int) -> float:
   """One-sided Fisher's exact p-value that `worse` fails more often than `better`."""
   table = [[failed_worse, runs_worse - failed_worse], [failed_better, runs_better - failed_better]]
