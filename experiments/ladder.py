@@ -58,7 +58,7 @@ RATES = {
 FIT_WIDTHS, BLIND_WIDTH = (32, 64, 128), 256
 # arm -> (predicted log10 maximum stable rate at width 256, the interval's low, high): the fit
 # below applied to the filed widths 32-128, committed before any run at 256 (tests check it).
-PREDICTED_256: dict | None = None
+PREDICTED_256: dict | None = {PRE: (-1.0, -1.581, -0.393), PERI: (-0.5, -1.081, 0.107)}  # at 9,559,808 parameters
 
 
 def rates_256(predicted: float) -> tuple[float, ...]:
