@@ -269,21 +269,22 @@ def sweep(arms, xlabel, ylabel, cap: float, hlines=None) -> Figure:
 def ladder(arms, xlabel, ylabel) -> Figure:
   """Maximum stable rates against size, log-log: per arm label -> {"seeds": [(x, y, bound)], "fit":
   (x, y), "beyond": (x, y), "predicted": [(x, y, low, high)], "color": int}. A seed is a dot (a
-  triangle up where it is a floor, down where a ceiling), nudged sideways per arm so the arms'
-  seeds at a width stand apart; the fitted line is solid over its widths (`fit`) and dashed where
-  it extrapolates (`beyond`); a prediction is a hollow diamond with its interval."""
+  triangle up where it is a floor, down where a ceiling), nudged sideways per arm and drawn above
+  the predictions, so the arms' seeds at a width stand apart and stay visible; the fitted line is
+  solid over its widths (`fit`) and dashed where it extrapolates (`beyond`); a prediction is a
+  hollow diamond with its interval."""
   fig, ax = new_figure(legend_rows=math.ceil(len(arms) / 2))
   set_log_scale(ax, "x")
   set_log_scale(ax, "y")
   colors, handles, shown = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"], [], []
   for k, (label, arm) in enumerate(arms.items()):
     color = colors[arm["color"] % len(colors)]
-    nudge = 10 ** (0.02 * (k - (len(arms) - 1) / 2))
+    nudge = 10 ** (0.04 * (k - (len(arms) - 1) / 2))
     for marker, bound in (("o", "measured"), ("^", "floor"), ("v", "ceiling")):
       found = [(x, y) for x, y, b in arm["seeds"] if b == bound]
       if found:
         x, y = np.array(found).T
-        ax.plot(x * nudge, y, marker, color=color, ms=4, alpha=0.7, ls="none")
+        ax.plot(x * nudge, y, marker, color=color, ms=4, alpha=0.7, ls="none", zorder=3)
         shown.append(y)
     for key, style in (("fit", "-"), ("beyond", "--")):
       x, y = arm[key]
