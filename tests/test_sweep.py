@@ -157,6 +157,18 @@ def test_each_tier_of_a_protocol_lists_its_trials_and_cells(grid, trials, cells,
   assert not (tmp_path / "sw").exists()
 
 
+def test_a_dry_list_needs_no_workdir_and_a_run_does(capsys):
+  """`--list` alone lists the ladder's gpu rungs, widths 512 and 768, with commands that write to
+  WORKDIR; without --list, a missing --workdir is refused before anything runs."""
+  spec = f"{pathlib.Path(__file__).resolve().parent.parent}/experiments/ladder.py:gpu"
+  assert main.main(["sweep", "--config", spec, "--list"]) == 0
+  commands = [line.split("\t")[1] for line in capsys.readouterr().out.splitlines()]
+  assert {re.search(r"d_model=(\d+)", c).group(1) for c in commands} == {"512", "768"}
+  assert all("--workdir WORKDIR/" in c for c in commands)
+  assert main.main(["sweep", "--config", spec]) == 2
+  assert "--workdir is required" in capsys.readouterr().err
+
+
 def test_a_widened_grid_runs_only_the_trials_it_does_not_reuse(tmp_path, capsys):
   """stability.py:cpu_wide lists 450 trials, 350 of them cpu's (same names and config, filed
   as cpu's): it runs the other 100, the two new rates, says what it skipped, and refuses a

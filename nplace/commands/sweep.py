@@ -7,7 +7,8 @@ finished trials and resumes interrupted ones; a trial (or cell) that fails is re
 sweep goes on. A grid that reuses another variant's trials (its `reuses(arg)`) skips them.
 DIR/sweep.json holds every trial's status and summary, DIR/.jax_cache JAX's compiled programs
 (unless JAX_COMPILATION_CACHE_DIR names another). --list prints the command
-of each trial (`nplace train`) or cell (`nplace sweep --cell N`) instead, one per pod worker."""
+of each trial (`nplace train`) or cell (`nplace sweep --cell N`) instead, one per pod worker;
+without --workdir its commands write to WORKDIR."""
 import re
 import shlex
 import sys
@@ -24,8 +25,8 @@ from nplace.train.summary import SummaryError
 
 
 def _define(fv):
-  flags.DEFINE_string("workdir", None, "sweep directory: one subdirectory per trial, and sweep.json (required)",
-                      flag_values=fv)
+  flags.DEFINE_string("workdir", None, "sweep directory: one subdirectory per trial, and sweep.json (required "
+                      "unless --list)", flag_values=fv)
   flags.DEFINE_string("only", None, "run only the trials whose name matches this regex", flag_values=fv)
   flags.DEFINE_bool("list", False, "print each trial's (or cell's) name and command; run nothing",
                     flag_values=fv)
@@ -37,6 +38,9 @@ def _define(fv):
 COMMAND = Command("nplace sweep --config FILE[:ARG] --workdir DIR [--batch K [--cell N]] [--only REGEX] [--list] "
                   "[--config.KEY=VALUE ...]", __doc__, _define, output_dirs=("workdir",),
                   writes_nothing_with=("list",))
+
+
+LISTED_WORKDIR = "WORKDIR"
 
 
 def config_args(argv) -> tuple[str, list[str]]:
@@ -54,10 +58,13 @@ def config_args(argv) -> tuple[str, list[str]]:
 
 def main(argv):
   fv, _ = COMMAND.parse(argv)
-  if not fv.workdir:
+  if not fv.workdir and not fv.list:
     raise UsageError("--workdir is required")
+  if not fv.workdir:  # a dry list alone: its commands name the directory a run would take
+    argv = [*argv, f"--workdir={LISTED_WORKDIR}"]
   spec, cli_overrides = config_args(argv)
-  workdir = epath.Path(fv.workdir)  # a local path as given (the listed commands keep it), or a bucket's
+  # a local path as given (the listed commands keep it), or a bucket's
+  workdir = epath.Path(fv.workdir or LISTED_WORKDIR)
   try:
     trials = grid.expand(spec, fv.config, cli_overrides, workdir)
     reused = grid.reused_names(spec)
