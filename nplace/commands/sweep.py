@@ -58,13 +58,14 @@ def config_args(argv) -> tuple[str, list[str]]:
 
 def main(argv):
   fv, _ = COMMAND.parse(argv)
-  if not fv.workdir and not fv.list:
-    raise UsageError("--workdir is required")
-  if not fv.workdir:  # a dry list alone: its commands name the directory a run would take
-    argv = [*argv, f"--workdir={LISTED_WORKDIR}"]
+  given = fv.workdir
+  if not given:
+    if not fv.list:
+      raise UsageError("--workdir is required")
+    given = LISTED_WORKDIR  # a dry list alone: its commands name the directory a run would take
+    argv = [*argv, f"--workdir={given}"]
   spec, cli_overrides = config_args(argv)
-  # a local path as given (the listed commands keep it), or a bucket's
-  workdir = epath.Path(fv.workdir or LISTED_WORKDIR)
+  workdir = epath.Path(given)  # a local path as given (the listed commands keep it), or a bucket's
   try:
     trials = grid.expand(spec, fv.config, cli_overrides, workdir)
     reused = grid.reused_names(spec)
