@@ -1,4 +1,6 @@
 """Several runs on one axis (`plots.curves`): its labels, its legend and its reference lines."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -43,6 +45,10 @@ def test_dots_draw_each_value_and_the_mean_per_row():
   np.testing.assert_allclose(dots_.get_xdata(), [4.4, 4.5, 4.6])
   np.testing.assert_allclose(bar.get_xdata(), [4.5, 4.5])
   assert [t.get_text() for t in ax.texts] == ["frequency loss 4.48"]
+  with warnings.catch_warnings():  # a row whose runs all diverged: its dots, no mean, no warning
+    warnings.simplefilter("error")
+    fig = plots.dots({"Pre-LN": [2.0, 2.2], "Post-LN": [np.nan, np.nan]}, "final val loss")
+  assert len(fig.axes[0].get_lines()) == 3
 
 
 def test_a_legend_above_wraps_into_rows_inside_the_figure():

@@ -315,7 +315,8 @@ def dots(values, xlabel, vlines=None) -> Figure:
   for row, label in enumerate(labels):
     x = np.asarray(values[label], np.float64)
     ax.plot(x, np.full(x.shape, row), "o", ms=4, color="tab:blue", alpha=0.7)
-    ax.plot([np.nanmean(x)] * 2, [row - 0.3, row + 0.3], color="tab:blue", lw=2)
+    if np.isfinite(x).any():  # a label whose runs all diverged has dots off the axis and no mean
+      ax.plot([np.nanmean(x)] * 2, [row - 0.3, row + 0.3], color="tab:blue", lw=2)
   shown = np.concatenate([np.asarray(v, np.float64) for v in values.values()] + [list((vlines or {}).values())])
   lo, hi = np.nanmin(shown), np.nanmax(shown)
   ax.set_xlim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
