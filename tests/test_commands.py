@@ -2,6 +2,7 @@
 bad input as one line + exit code 2."""
 import importlib
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -196,6 +197,19 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
   proc.stdout.close()
   _, err = proc.communicate(timeout=120)
   assert proc.returncode == 141 and err == "", err
+
+
+def test_a_native_crash_in_a_command_prints_its_python_stack():
+  """A segfault in native code (seen once in a profiled train's stop_trace) ends with the stack of
+  every thread, naming the frame that crashed, where before it left only exit code -11."""
+  crash = ("import ctypes, sys, types; from nplace.commands import main; "
+           "info = types.ModuleType('nplace.commands.info'); info.COMMAND = None; "
+           "info.main = lambda argv: ctypes.string_at(0); sys.modules['nplace.commands.info'] = info; "
+           "sys.argv = ['nplace', 'info']; main.main()")
+  done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=120,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert done.returncode == -11
+  assert "Fatal Python error: Segmentation fault" in done.stderr and "in <lambda>" in done.stderr, done.stderr
 
 
 def test_sweep_list_writes_nothing_so_its_workdir_is_not_checked(capsys):

@@ -1,6 +1,7 @@
 """`nplace COMMAND [flags]`: the console script. Each command is the module of its name in this
 package (imported only when it runs), with a `COMMAND` (its usage, flags and help) and
 `main(argv)`. Bad input ends with one line on stderr and exit code 2."""
+import faulthandler
 import importlib
 import os
 import signal
@@ -36,7 +37,9 @@ def overview() -> str:
 
 
 def main(argv=None):
-  argv = sys.argv[1:] if argv is None else argv
+  if argv is None:  # the console script owns its process: a native crash prints every thread's Python stack
+    faulthandler.enable()
+    argv = sys.argv[1:]
   if argv[:1] in (["--help"], ["-h"]):
     print(overview())
     return 0
