@@ -25,7 +25,7 @@ from nplace.config import experiment
 from nplace.protocol import FINDING, SCALE_LADDER, THREE_WAY, Claim, Grid, Protocol, ScaleLadder, Threshold
 SEED_SETTING = "GPT-2 (124M to 1.5B) on OpenWebText"  # where the seed's claims were made
 DEPTH, CPU_HEAD, GPU_HEAD = 12, 16, 64  # head size: one across a tier (a GPT-2 head is 64)
-CPU_WIDTHS, GPU_WIDTHS = (32, 64, 128, 256), (512, 768)
+GPU_WIDTHS = (512, 768)  # the cpu tier's widths: RATES' and BLIND_WIDTH
 SEEDS = range(3)
 STEP = 0.5  # decades between neighbouring rates of the grid
 
@@ -58,7 +58,7 @@ RATES = {
 FIT_WIDTHS, BLIND_WIDTH = (32, 64, 128), 256
 # arm -> (predicted log10 maximum stable rate at width 256, the interval's low, high): the fit
 # below applied to the filed widths 32-128, committed before any run at 256 (tests check it).
-PREDICTED_256: dict | None = {PRE: (-1.0, -1.581, -0.393), PERI: (-0.5, -1.081, 0.107)}  # at 9,559,808 parameters
+PREDICTED_256 = {PRE: (-1.0, -1.581, -0.393), PERI: (-0.5, -1.081, 0.107)}  # at 9,559,808 parameters
 
 
 def rates_256(predicted: float) -> tuple[float, ...]:
@@ -197,8 +197,7 @@ def get_sweep(arg: str = "cpu") -> list[dict]:
     rungs = {width: ({arm: FULL for arm in ARMS}, GPU_HEAD) for width in GPU_WIDTHS}
   else:
     rungs = {width: (rates, CPU_HEAD) for width, rates in RATES.items()}
-    if PREDICTED_256 is not None:
-      rungs[BLIND_WIDTH] = ({arm: rates_256(p[0]) for arm, p in PREDICTED_256.items()}, CPU_HEAD)
+    rungs[BLIND_WIDTH] = ({arm: rates_256(p[0]) for arm, p in PREDICTED_256.items()}, CPU_HEAD)
   return [{**_shape(width, head), **ARMS[arm], "optim.lr": _rate(e), "seed": s}
           for width, (rates, head) in rungs.items() for arm in ARMS if arm in rates
           for e in rates[arm] for s in SEEDS]
