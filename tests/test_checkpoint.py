@@ -1,4 +1,8 @@
 """Checkpoints: a corrupted newest checkpoint is reported and the previous one is used."""
+import logging
+import sys
+import types
+
 import grain
 import jax
 import jax.numpy as jnp
@@ -18,7 +22,11 @@ def _setup(tmp_path):
   return mngr, it, ml_collections.ConfigDict({"note": "test"})
 
 
-def test_corrupted_newest_checkpoint_falls_back_to_previous(tmp_path, capsys):
+def test_corrupted_newest_checkpoint_falls_back_to_previous(tmp_path, capsys, monkeypatch):
+  printed = []  # what reaches Python's own hook, which prints it
+  monkeypatch.setattr(sys, "unraisablehook", printed.append)
+  monkeypatch.setattr(checkpoint, "_RESTORED_DIRECTORIES", set())
+  monkeypatch.setattr(logging.getLogger("asyncio"), "filters", [])
   mngr, it, config = _setup(tmp_path)
   states = {s: {"w": jnp.full((4, 3), float(s)), "step": jnp.asarray(s)} for s in (1, 2)}
   for s in (1, 2):
@@ -36,6 +44,17 @@ def test_corrupted_newest_checkpoint_falls_back_to_previous(tmp_path, capsys):
   assert step == 1 and "checkpoint 2 failed to restore" in capsys.readouterr().err
   np.testing.assert_array_equal(restored["w"], states[1]["w"])
   np.testing.assert_array_equal(next(fresh), [2, 3])  # the iterator resumes after the one batch taken
+  # the failed reads' late errors are dropped; any other unraisable error still prints
+  late_read = Exception("reading an array index")
+  late_read.__cause__ = ValueError(f'OUT_OF_RANGE at local file "{tmp_path}/checkpoints/2/state/"')
+  unrelated = ValueError("an unrelated error")
+  closed_loop = RuntimeError("Event loop is closed")
+  for error in (late_read, closed_loop, unrelated):
+    sys.unraisablehook(types.SimpleNamespace(exc_value=error))
+  passed = [u.exc_value for u in printed]
+  assert unrelated in passed and late_read not in passed and closed_loop not in passed
+  assert not logging.getLogger("asyncio").filter(logging.LogRecord(
+      "asyncio", logging.ERROR, "", 0, "Task exception was never retrieved", (), (Exception, late_read, None)))
 
 
 def test_no_checkpoint_means_fresh_start(tmp_path):

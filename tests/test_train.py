@@ -4,6 +4,7 @@ tests/test_multihost.py)."""
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -206,7 +207,7 @@ def test_sigterm_saves_reports_preempted_and_resumes(tmp_path, reference, env):
 
 
 @pytest.mark.slow
-def test_a_truncated_checkpoint_file_is_one_line_naming_it_and_train_falls_back(tmp_path, reference, capsys):
+def test_a_truncated_checkpoint_file_is_one_line_naming_it_and_train_falls_back(tmp_path, reference, env, capsys):
   workdir = tmp_path / "run"
   shutil.copytree(reference, workdir)
   largest = max((p for p in (workdir / "checkpoints" / "40").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
@@ -218,9 +219,10 @@ def test_a_truncated_checkpoint_file_is_one_line_naming_it_and_train_falls_back(
     assert err.startswith(f"nplace {argv[0]}: checkpoint 40 under {workdir / 'checkpoints'} does not restore (")
     assert f'local file "{workdir / "checkpoints" / "40"}' in err and err.endswith("an older one: --step 20\n"), err
   (workdir / "summary.json").unlink()
-  assert main.main(["train", "--workdir", str(workdir), *SMALL, "--config.train.steps=40"]) == 0
-  out, err = capsys.readouterr()
-  assert "warning: checkpoint 40 failed to restore (ValueError: OUT_OF_RANGE" in err and "resumed from step 20" in out
+  out = run(workdir, "--config.train.steps=40", env=env)
+  assert "warning: checkpoint 40 failed to restore (ValueError: OUT_OF_RANGE" in out and "resumed from step 20" in out
+  # orbax's other reads of the broken checkpoint end after it has failed: none of them prints
+  assert not re.search("Traceback|Exception ignored|Event loop is closed|never retrieved", out), out[:3000]
 
 
 @pytest.mark.slow

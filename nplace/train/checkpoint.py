@@ -5,6 +5,7 @@ walks back from the newest step past any checkpoint that fails to load. A checkp
 without `data` (`nplace convert --from-hf` writes one) starts the data from its beginning.
 Restoring under a model config other than the one saved is a ConfigError naming the key.
 """
+import logging
 import sys
 
 import grain
@@ -94,6 +95,7 @@ def restore_together(mngrs, abstract_state, shardings, data_iterators, model_con
                       "these runs hold checkpoints at no common step: resume them as they were started "
                       "(the same --batch)")
   for step in sorted(common, reverse=True):
+    _quiet_echoes_of_reads(*(mngr.directory for mngr in mngrs))
     try:
       states = [_restore(mngr, step, target, it, model_config)
                 for mngr, it, model_config in zip(mngrs, data_iterators, model_configs)]
@@ -105,6 +107,36 @@ def restore_together(mngrs, abstract_state, shardings, data_iterators, model_con
       continue
     return states, step
   return [], 0
+
+
+_RESTORED_DIRECTORIES: set[str] = set()  # checkpoint directories this process restores from
+
+
+def _quiet_echoes_of_reads(*directories) -> None:
+  """A restore that fails leaves orbax's other reads of the checkpoint in flight. They end after
+  the restore has raised, on its closed event loop or with nobody to retrieve their error, and
+  Python prints each: thousands of lines beside the one line that reports the failure. Drop
+  those echoes (errors naming a directory restored from, or the closed loop); pass anything else."""
+  if not _RESTORED_DIRECTORIES:
+    previous = sys.unraisablehook
+
+    def unraisablehook(unraisable):
+      if not _is_echo(unraisable.exc_value):
+        previous(unraisable)
+
+    sys.unraisablehook = unraisablehook
+    logging.getLogger("asyncio").addFilter(lambda record: not (record.exc_info and _is_echo(record.exc_info[1])))
+  _RESTORED_DIRECTORIES.update(str(directory) for directory in directories)
+
+
+def _is_echo(error) -> bool:
+  if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
+    return True
+  while error is not None:
+    if any(directory in str(error) for directory in _RESTORED_DIRECTORIES):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
 
 
 def why_not(error: Exception) -> str:
@@ -152,6 +184,7 @@ def restore_params(config, workdir, step=None):
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   target = _with_shardings(abstract, jax.tree.map(lambda _: device, abstract))
   check_model(saved_config(mngr, step), config.model, step)
+  _quiet_echoes_of_reads(mngr.directory)
   try:
     restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
   except Exception as e:  # a truncated or corrupted file: which one, in a line, and where else to look
