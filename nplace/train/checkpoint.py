@@ -95,7 +95,6 @@ def restore_together(mngrs, abstract_state, shardings, data_iterators, model_con
                       "these runs hold checkpoints at no common step: resume them as they were started "
                       "(the same --batch)")
   for step in sorted(common, reverse=True):
-    _quiet_echoes_of_reads(*(mngr.directory for mngr in mngrs))
     try:
       states = [_restore(mngr, step, target, it, model_config)
                 for mngr, it, model_config in zip(mngrs, data_iterators, model_configs)]
@@ -112,7 +111,7 @@ def restore_together(mngrs, abstract_state, shardings, data_iterators, model_con
 _RESTORED_DIRECTORIES: set[str] = set()  # checkpoint directories this process restores from
 
 
-def _quiet_echoes_of_reads(*directories) -> None:
+def _quiet_echoes_of_reads(directory) -> None:
   """A restore that fails leaves orbax's other reads of the checkpoint in flight. They end after
   the restore has raised, on its closed event loop or with nobody to retrieve their error, and
   Python prints each: thousands of lines beside the one line that reports the failure. Drop
@@ -126,7 +125,7 @@ def _quiet_echoes_of_reads(*directories) -> None:
 
     sys.unraisablehook = unraisablehook
     logging.getLogger("asyncio").addFilter(lambda record: not (record.exc_info and _is_echo(record.exc_info[1])))
-  _RESTORED_DIRECTORIES.update(str(directory) for directory in directories)
+  _RESTORED_DIRECTORIES.add(str(directory))
 
 
 def _is_echo(error) -> bool:
@@ -150,6 +149,7 @@ def why_not(error: Exception) -> str:
 
 def _restore(mngr, step, target, data_iterator, model_config):
   """The state of checkpoint `step`; the data iterator set in place (when it holds one)."""
+  _quiet_echoes_of_reads(mngr.directory)
   items = {"state": ocp.args.StandardRestore(target)}
   if model_config is not None:
     check_model(saved_config(mngr, step), model_config, step)
@@ -184,11 +184,10 @@ def restore_params(config, workdir, step=None):
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   target = _with_shardings(abstract, jax.tree.map(lambda _: device, abstract))
   check_model(saved_config(mngr, step), config.model, step)
-  _quiet_echoes_of_reads(mngr.directory)
   try:
-    restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+    state = _restore(mngr, step, target, None, None)
   except Exception as e:  # a truncated or corrupted file: which one, in a line, and where else to look
     older = sorted(s for s in mngr.all_steps() if s < step)
     raise DataError(f"checkpoint {step} under {mngr.directory} does not restore ({why_not(e)})"
                     + (f"; an older one: --step {older[-1]}" if older else "")) from None
-  return restored["state"]["params"], step
+  return state["params"], step
