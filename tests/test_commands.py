@@ -188,6 +188,30 @@ def test_an_unwritable_output_fails_in_one_line_before_the_work(argv, heavy, cap
   assert err.startswith(f"nplace {argv[0]}: {flag} {UNWRITABLE}: cannot write there (") and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv,heavy,returns,written", [
+    (["probe", "--config", TINY, "--json"], "nplace.commands.probe.probe", {"step": 0}, {"step": 0}),
+    (["eval", "--config", TINY, "--workdir", "run", "--json"], "nplace.commands.eval.evaluate_checkpoint",
+     {"val_loss": 2.5}, {"val_loss": 2.5}),
+    (["lab", "--all", "--json"], "nplace.studies.lab.measured.report", ("table", {"pre": 0.1}), {"pre": 0.1}),
+    (["plot", "run", "--probe", "similarity", "--out"], "nplace.commands.plot.figure", "figure", None),
+])
+def test_an_output_file_in_directories_not_yet_made_is_written_there(argv, heavy, returns, written, capsys,
+                                                                     monkeypatch, tmp_path):
+  """The check before the work passes an output file on its nearest existing directory; the
+  write after the work makes the rest (it raised FileNotFoundError: the work was lost)."""
+  from nplace.logs import plots
+  if returns == "figure":
+    returns = plots.curves({"run": ([0, 1], [1.0, 0.5])}, "layer", "similarity", "similarity")
+  monkeypatch.setattr(heavy, lambda *args, **kwargs: returns)
+  out = tmp_path / "new" / "dir" / ("image.png" if written is None else "out.json")
+  code, _, err = run_main(capsys, *argv, str(out))
+  assert code == 0, err
+  if written is None:
+    assert out.read_bytes().startswith(b"\x89PNG")
+  else:
+    assert json.loads(out.read_text()) == written
+
+
 @pytest.mark.slow
 def test_a_reader_that_leaves_early_ends_the_command_quietly():
   """`nplace sweep --list | head`: the pipe closes before the listing is written."""

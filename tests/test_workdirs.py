@@ -205,12 +205,12 @@ def test_a_bucket_runs_output_holds_no_gcsfs_warning(runs):
 
 
 @pytest.mark.slow
-def test_eval_and_probe_read_a_bucket_run(runs, env, tmp_path):
-  evaluated = nplace("eval", "--workdir", runs["uri"], "--json", tmp_path / "eval.json", env=env)
+def test_eval_and_probe_read_a_bucket_run_and_write_into_a_bucket(runs, env, tmp_path):
+  evaluated = nplace("eval", "--workdir", runs["uri"], "--json", f"{runs['uri']}/evals/eval.json", env=env)
   probed = nplace("probe", "--workdir", runs["uri"], "--step", "8", "--json", tmp_path / "probe.json", *RUN,
                   env=env)  # side by side
   outs = [finish(evaluated), finish(probed)]
-  evaluation = json.loads((tmp_path / "eval.json").read_text())
+  evaluation = json.loads((runs["bucket"] / "evals/eval.json").read_text())
   summary = json.loads((runs["bucket"] / "summary.json").read_text())
   assert evaluation["step"] == 8 and evaluation["val_loss"] == pytest.approx(summary["val_loss"], rel=1e-5)
   result = json.loads((tmp_path / "probe.json").read_text())

@@ -3,13 +3,13 @@ ROUGE-1/2/L of the teacher-forced argmax predictions and, with eval.bertscore_mo
 BERTScore. The config is the one the checkpoint was saved with (--config.KEY=VALUE overrides
 apply to it), unless --config is given."""
 import json
-import pathlib
 
 from absl import flags
 
 from nplace.commands.flags import Command, names_config
 from nplace.config import base_config, validate
 from nplace.errors import UsageError
+from nplace.runtime import workdirs
 from nplace.train import checkpoint
 from nplace.train.evaluation import evaluate_checkpoint
 
@@ -41,4 +41,4 @@ def main(argv):
   for name, value in out.items():
     print(f"{name:28s} {value:.6g}" if isinstance(value, float) else f"{name:28s} {value}")
   if fv.json:
-    pathlib.Path(fv.json).write_text(json.dumps(out, indent=2) + "\n")
+    workdirs.write_atomic(workdirs.resolve(fv.json), json.dumps(out, indent=2) + "\n")

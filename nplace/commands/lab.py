@@ -17,7 +17,6 @@ experiments/placements.py: study A's CPU model) made --depth blocks deep and --w
 at init on a random batch, warmed up on the config's own training batches, its curvature taken on
 the data's validation rows."""
 import json
-import pathlib
 
 from absl import flags
 
@@ -26,6 +25,7 @@ from nplace.config import experiment_path
 from nplace.errors import UsageError
 from nplace.logs.progress import stage
 from nplace.placements import PLACEMENTS
+from nplace.runtime import workdirs
 from nplace.studies.lab import checks, measure, measured
 
 DEFAULT_CONFIG = "experiments/placements.py"
@@ -86,5 +86,5 @@ def main(argv):
     print(measure.scorecard(cards))
     out = {"depth": fv.depth, "width": fv.width, "cards": cards}
   if fv.json:
-    pathlib.Path(fv.json).write_text(json.dumps(out, indent=1) + "\n")
+    workdirs.write_atomic(workdirs.resolve(fv.json), json.dumps(out, indent=1) + "\n")
     stage(f"wrote {fv.json}")

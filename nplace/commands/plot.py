@@ -2,6 +2,7 @@
 run directory (its TensorBoard event files) or a `nplace probe --json` output. Per-layer probes
 are drawn over layers at step N (default: each run's last probe step); one-value probes over
 training steps."""
+import io
 import json
 import pathlib
 
@@ -13,6 +14,7 @@ from nplace.commands.flags import Command
 from nplace.errors import UsageError
 from nplace.logs import events, plots
 from nplace.probes import catalog, history
+from nplace.runtime import workdirs
 
 
 def _define(fv):
@@ -69,14 +71,15 @@ def figure(runs, name, step=None):
   return plots.curves(series, catalog.XLABELS[p.kind], p.ylabel, name, log_y=p.log)
 
 
-def _check_format(out: str) -> None:
-  """UsageError unless matplotlib writes the file type `out`'s suffix names (before any
+def _image_format(out: str) -> str:
+  """The file type `out`'s suffix names; a UsageError unless matplotlib writes it (before any
   drawing: its own error is a traceback after it)."""
   formats = FigureCanvasBase.get_supported_filetypes()
-  suffix = pathlib.Path(out).suffix.lstrip(".").lower()
+  suffix = pathlib.PurePath(out).suffix.lstrip(".").lower()
   if suffix not in formats:
     raise UsageError(f"--out {out}: not an image file type matplotlib writes (.png, .pdf, .svg, "
                      f"{', '.join('.' + f for f in sorted(formats) if f not in ('png', 'pdf', 'svg'))})")
+  return suffix
 
 
 def main(argv):
@@ -86,6 +89,8 @@ def main(argv):
       raise UsageError(f"--{flag} is required")
   if not runs:
     raise UsageError("name at least one RUN_DIR or probe JSON file")
-  _check_format(fv.out)
-  plots.save(figure(runs, fv.probe, fv.step), fv.out)
+  image_format = _image_format(fv.out)
+  image = io.BytesIO()
+  plots.save(figure(runs, fv.probe, fv.step), image, image_format)
+  workdirs.write_atomic(workdirs.resolve(fv.out), image.getvalue())
   print(f"wrote {fv.out}")

@@ -4,7 +4,6 @@ layers (or norm sites), plus placement, n_layer and step. On a checkpoint the co
 it was saved with (--config.KEY=VALUE overrides apply to it), unless --config is given, as in
 `nplace eval`. Definitions: docs/science.md."""
 import json
-import pathlib
 
 import jax
 import numpy as np
@@ -86,5 +85,5 @@ def _parse(argv):
 def main(argv):
   fv = _parse(argv)
   out = probe(fv.config, fv.workdir, fv.step)
-  pathlib.Path(fv.json).write_text(json.dumps(out, indent=1) + "\n")
+  workdirs.write_atomic(workdirs.resolve(fv.json), json.dumps(out, indent=1) + "\n")
   stage(f"wrote {fv.json} ({len(out) - 3} probes)")

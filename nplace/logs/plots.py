@@ -338,5 +338,6 @@ def to_rgb(fig) -> np.ndarray:
   return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 
 
-def save(fig, path) -> None:
-  fig.savefig(path, dpi=fig.dpi)
+def save(fig, path_or_file, image_format: str | None = None) -> None:
+  """At the figure's own dpi; `image_format` for a file object (a path's suffix names it)."""
+  fig.savefig(path_or_file, format=image_format, dpi=fig.dpi)

@@ -39,15 +39,18 @@ def is_remote(path) -> bool:
   return "://" in str(path)  # epath's schemes: gs, s3, az, hf
 
 
-def write_atomic(path: epath.Path, text: str) -> None:
+def write_atomic(path: epath.Path, content: str | bytes) -> None:
   """Readers never see half a file: locally a rename; in a bucket one object upload, which is
   atomic by itself (readers see the old object until the new one is complete), where a
-  temporary object and a rename would be a copy and a delete more."""
+  temporary object and a rename would be a copy and a delete more. Local directories missing
+  on the way are created: `check_writable` passed an output file on its nearest existing one."""
+  write = epath.Path.write_bytes if isinstance(content, bytes) else epath.Path.write_text
   if is_remote(path):
-    path.write_text(text)
+    write(path, content)
     return
+  path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.parent / (path.name + ".tmp")
-  tmp.write_text(text)
+  write(tmp, content)
   tmp.replace(path)
 
 
