@@ -1,7 +1,7 @@
 """Bucket workdirs (`gs://`) against a real Cloud Storage JSON API (fake-gcs-server, the `gcs`
 fixture in conftest.py): event files, atomic JSON, the writability check; `nplace train`
 killed with SIGKILL in a bucket and resumed ends where a local run does, with quiet output;
-`nplace eval`, `probe`, `report` and TensorBoard read the bucket run; `nplace sweep` killed
+`nplace eval`, `probe`, `report`, `plot` and TensorBoard read the bucket run; `nplace sweep` killed
 mid-trial in a bucket and rerun finishes its grid."""
 import http.server
 import json
@@ -221,9 +221,14 @@ def test_eval_and_probe_read_a_bucket_run_and_write_into_a_bucket(runs, env, tmp
 
 
 @pytest.mark.slow
-def test_report_reads_a_bucket_run(runs, env, tmp_path):
-  out = finish(nplace("report", runs["uri"], "--out", tmp_path / "report", env=env))
+def test_report_and_plot_read_a_bucket_run(runs, env, tmp_path):
+  reported = nplace("report", runs["uri"], "--out", tmp_path / "report", env=env)
+  plotted = nplace("plot", runs["uri"], "--probe", "similarity", "--out", f"{runs['uri']}/plots/similarity.png",
+                   env=env)  # side by side
+  out = finish(reported)
+  finish(plotted)
   assert "report:" in out and "completed" in (tmp_path / "report/report.md").read_text()
+  assert (runs["bucket"] / "plots/similarity.png").read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.mark.slow

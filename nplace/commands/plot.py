@@ -1,13 +1,14 @@
 """Draws one probe of several runs (post vs pre vs peri, ...) on one axis. A RUN is a training
-run directory (its TensorBoard event files) or a `nplace probe --json` output. Per-layer probes
-are drawn over layers at step N (default: each run's last probe step); one-value probes over
-training steps."""
+run directory (its TensorBoard event files; local or `gs://`) or a `nplace probe --json` output.
+Per-layer probes are drawn over layers at step N (default: each run's last probe step);
+one-value probes over training steps."""
 import io
 import json
 import pathlib
 
 import numpy as np
 from absl import flags
+from etils import epath
 from matplotlib.backend_bases import FigureCanvasBase
 
 from nplace.commands.flags import Command
@@ -59,7 +60,7 @@ def _from_json(path, name, step):
 def figure(runs, name, step=None):
   """The comparison figure of probe `name` over `runs` (paths)."""
   series = {}
-  for run in map(pathlib.Path, runs):
+  for run in map(epath.Path, runs):  # a local path as given, or a bucket run
     if run.is_dir() and events.event_files(run):
       label, x, y = _from_events(run, name, step)
     elif run.suffix == ".json" and run.is_file():
