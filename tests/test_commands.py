@@ -188,6 +188,22 @@ def test_an_unwritable_output_fails_in_one_line_before_the_work(argv, heavy, cap
   assert err.startswith(f"nplace {argv[0]}: {flag} {UNWRITABLE}: cannot write there (") and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv", [
+    ["report", "runs", "--out", "gs://b/report"],
+    ["report", "--results", "gs://b/results", "sweep"],
+    ["demo", "--logdir", "gs://b/demo"],
+    ["prepare", "--out", "gs://b/data"],
+    ["convert", "--from-hf", "gpt2", "--out", "gs://b/gpt2"],
+])
+def test_a_bucket_output_of_a_command_that_writes_local_files_is_one_line(argv, capsys):
+  """report --out wrote into a local folder named `gs:` and said it wrote the bucket; demo made
+  one and crashed at its first checkpoint."""
+  flag, uri = argv[-2:] if argv[0] != "report" or "--out" in argv else argv[1:3]
+  code, out, err = run_main(capsys, *argv)
+  assert code == 2 and out == ""
+  assert err == f"nplace {argv[0]}: {flag} {uri}: a bucket; this command writes to local disk only\n"
+
+
 @pytest.mark.parametrize("argv,heavy,returns,written", [
     (["probe", "--config", TINY, "--json"], "nplace.commands.probe.probe", {"step": 0}, {"step": 0}),
     (["eval", "--config", TINY, "--workdir", "run", "--json"], "nplace.commands.eval.evaluate_checkpoint",

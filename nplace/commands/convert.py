@@ -21,7 +21,7 @@ def _define(fv):
 
 
 COMMAND = Command("nplace convert --from-hf DIR --out WORKDIR | --to-hf --workdir DIR [--step N] --out HF_DIR",
-                  __doc__, _define, config="optional", output_dirs=("out",))
+                  __doc__, _define, config="optional", output_dirs=("out",), bucket_outputs=False)
 
 
 def main(argv):

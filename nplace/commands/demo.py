@@ -30,7 +30,7 @@ def _define(fv):
 
 
 COMMAND = Command("nplace demo [--logdir runs/demo] [--steps N]", __doc__, _define, config="none",
-                  output_dirs=("logdir",))
+                  output_dirs=("logdir",), bucket_outputs=False)
 
 
 def run(logdir: pathlib.Path, steps: int) -> dict:

@@ -27,7 +27,8 @@ class Command:
   the command validates what it makes of it; `none`), positional
   arguments, and the flags naming a file (`output_files`) or directory (`output_dirs`) it
   writes: checked here, so an unwritable path fails before the work, not after it, unless a
-  flag of `writes_nothing_with` is set (sweep --list only prints)."""
+  flag of `writes_nothing_with` is set (sweep --list only prints); `bucket_outputs=False`: a
+  command that writes local files only refuses a `gs://` output in one line."""
   usage: str
   about: str
   define: Callable = lambda fv: None
@@ -36,6 +37,7 @@ class Command:
   output_files: tuple[str, ...] = ()
   output_dirs: tuple[str, ...] = ()
   writes_nothing_with: tuple[str, ...] = ()
+  bucket_outputs: bool = True
   config_default: str = ""  # what a required --config defaults to where the command supplies one (lab)
 
   def flag_values(self, argv=(), config=None) -> flags.FlagValues:
@@ -76,8 +78,12 @@ class Command:
       validate(config)
     writes = check_outputs and not any(fv[name].value for name in self.writes_nothing_with)
     for name in (*self.output_files, *self.output_dirs) if writes else ():
-      if fv[name].value is not None:
-        workdirs.check_writable(workdirs.resolve(fv[name].value), f"--{name}", file=name in self.output_files)
+      if fv[name].value is None:
+        continue
+      path = workdirs.resolve(fv[name].value)
+      if workdirs.is_remote(path) and not self.bucket_outputs:
+        raise UsageError(f"--{name} {path}: a bucket; this command writes to local disk only")
+      workdirs.check_writable(path, f"--{name}", file=name in self.output_files)
     return fv, extra
 
   def help(self) -> str:

@@ -33,7 +33,7 @@ def _define(fv):
 
 COMMAND = Command("nplace prepare [--config FILE[:ARG]] [--source SRC] [--tokenizer TOK] [--out DIR] "
                   "[--val-fraction F] [--seq-len L]", __doc__, _define, config="optional",
-                  output_dirs=("out",))
+                  output_dirs=("out",), bucket_outputs=False)
 
 
 def main(argv):

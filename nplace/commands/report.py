@@ -31,7 +31,8 @@ def _define(fv):
 
 
 COMMAND = Command("nplace report DIR... --out OUT | nplace report --results RESULTS [--replace] [SWEEP_DIR...]",
-                  __doc__, _define, config="none", args=True, output_dirs=("out", "results"))
+                  __doc__, _define, config="none", args=True, output_dirs=("out", "results"),
+                  bucket_outputs=False)
 
 
 def _trained_config(run):
