@@ -353,6 +353,20 @@ def test_a_failed_regeneration_leaves_every_file_under_results_as_it_was(tmp_pat
   assert snapshot(copy) == before
 
 
+@pytest.mark.slow
+def test_a_filing_whose_page_fails_says_nothing_was_filed(grid, tmp_path, capsys):
+  """Its "filed 4 trials" line was printed before the page failed and the filing was undone."""
+  results_dir = tmp_path / "results"
+  shutil.copytree(ROOT / "results" / "peri_embedding_cpu", results_dir / "peri_embedding_cpu")
+  trials_file = results_dir / "peri_embedding_cpu" / "trials.jsonl"
+  trials_file.write_text(trials_file.read_text()[:-400])  # a torn last line in another grid's data
+  before = snapshot(results_dir)
+  assert main.main(["report", "--results", str(results_dir), str(grid)]) == 2
+  out, err = capsys.readouterr()
+  assert "filed " not in out and err.endswith("(nothing filed)\n") and "trials.jsonl:" in err, (out, err)
+  assert snapshot(results_dir) == before
+
+
 def test_results_on_an_empty_directory_is_one_line_and_writes_nothing(tmp_path, capsys):
   assert "nothing is filed here" in refused(capsys, "--results", tmp_path)
   assert list(tmp_path.iterdir()) == []

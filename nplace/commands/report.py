@@ -42,17 +42,22 @@ def _trained_config(run):
 
 def _file_and_regenerate(dirs, results_dir, replace: bool):
   """Files each sweep, then regenerates the page; what was filed is written with the page, so
-  a failure anywhere leaves RESULTS as it was."""
-  filed = {}
-  for d in dirs:
-    print(f"filing {d}: reading its finished trials", flush=True)
-    filing = results.file_sweep(d, results_dir, _trained_config, filed, replace)
-    filed[filing.study.path.name] = filing.study
-    print(_filed_line(d, filing), flush=True)
-  with staging.staged(results_dir) as staged:
-    for study in filed.values():
-      results.write(study, staged)
-    return page.write(results_dir, filed=filed, staged=staged)
+  a failure anywhere leaves RESULTS as it was, and says so."""
+  filed, lines = {}, []
+  try:
+    for d in dirs:
+      print(f"filing {d}: reading its finished trials", flush=True)
+      filing = results.file_sweep(d, results_dir, _trained_config, filed, replace)
+      filed[filing.study.path.name] = filing.study
+      lines.append(_filed_line(d, filing))
+    with staging.staged(results_dir) as staged:
+      for study in filed.values():
+        results.write(study, staged)
+      path = page.write(results_dir, filed=filed, staged=staged)
+  except runs.RunsError as e:
+    raise runs.RunsError(f"{e} (nothing filed)" if dirs and "nothing filed" not in str(e) else str(e)) from None
+  print("\n".join(lines), flush=True)
+  return path
 
 
 def _filed_line(d, filing) -> str:
