@@ -172,12 +172,16 @@ def test_a_run_killed_during_an_eval_redoes_it_on_resume(tmp_path, capsys, monke
 
 @pytest.mark.slow
 def test_a_finished_run_is_left_as_it_is_and_another_train_steps_needs_extend(tmp_path, reference, capsys):
+  """Another model is refused as on resuming (it printed "finished" and exited 0)."""
   workdir = tmp_path / "run"
   shutil.copytree(reference, workdir)
   kept = (workdir / "summary.json").read_bytes()
   train = lambda *extra: main.main(["train", "--workdir", str(workdir), *SMALL, *extra])
   assert train("--config.train.steps=40") == 0
   assert f"{workdir}: finished, completed at step 40 (summary.json kept" in capsys.readouterr().out
+  assert train("--config.train.steps=40", "--config.model.placement=post") == 2
+  assert capsys.readouterr().err == ("nplace train: config error: model.placement='post': the checkpoint at step 40 "
+                                     "holds a model with placement='pre'\n")
   assert (workdir / "summary.json").read_bytes() == kept
   assert train("--config.train.steps=50") == 2
   err = capsys.readouterr().err

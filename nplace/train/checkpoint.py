@@ -170,6 +170,15 @@ def _open(workdir, checkpoint_config, step=None):
   return mngr, max(steps) if step is None else step
 
 
+def check_newest_model(workdir, model_config) -> None:
+  """check_model against the newest checkpoint under `workdir`, where there is one."""
+  try:
+    mngr, step = _open(workdir, base_config().checkpoint)
+  except FileNotFoundError:
+    return
+  check_model(saved_config(mngr, step), model_config, step)
+
+
 def read_config(workdir, step=None):
   """(config, step): the config checkpoint `step` (default: the newest) was saved with."""
   mngr, step = _open(workdir, base_config().checkpoint, step)

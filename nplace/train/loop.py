@@ -58,7 +58,8 @@ def train(config, workdir, extend: bool = False) -> Summary:
 
 def _finished(run) -> Summary | None:
   """The summary of a run that has finished its train.steps (completed there, or diverged),
-  which a rerun leaves as it is; None for any other."""
+  which a rerun of the same model leaves as it is (of another, a ConfigError, as on resuming);
+  None for any other."""
   path = run.workdir / "summary.json"
   if not path.exists():
     return None
@@ -67,6 +68,8 @@ def _finished(run) -> Summary | None:
   except SummaryError as e:
     raise DataError(str(e)) from None
   done = summary.status == "diverged" or (summary.status == "completed" and summary.step == run.config.train.steps)
+  if done:
+    checkpoint.check_newest_model(run.workdir, run.config.model)
   return summary if done else None
 
 
