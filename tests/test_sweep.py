@@ -121,6 +121,27 @@ def test_list_prints_a_runnable_train_command_per_trial(experiment, tmp_path, ca
   assert not (tmp_path / "sweep.json").exists()
 
 
+def test_a_rerun_that_would_change_a_finished_trial_is_refused_in_one_line(experiment, tmp_path, capsys,
+                                                                          monkeypatch):
+  """It said "already finished" and rewrote sweep.json: the new command beside the old summary."""
+  ran = []
+  monkeypatch.setattr("nplace.studies.sweep.run", lambda *args: ran.append(args))
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--list")[2:])]) == 0
+  trials = [{"name": name, "overrides": {}, "workdir": name, "command": command, "status": "completed",
+             "error": None, "summary": None} for name, command in
+            (line.split("\t") for line in capsys.readouterr().out.splitlines())]
+  record = json.dumps({"config": f"{experiment}:small", "overrides": [], "trials": trials})
+  (tmp_path / "sweep.json").write_text(record)
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--config.train.steps=90")[2:])]) == 2
+  assert capsys.readouterr().err == (
+      f"nplace sweep: --workdir {tmp_path}: trial {NAMES[0]} finished with train.steps=60, and this command gives "
+      "90: a finished trial is not rerun, and its record would then describe it by this command; use another "
+      "--workdir\n")
+  assert (tmp_path / "sweep.json").read_text() == record and not ran
+  monkeypatch.chdir(tmp_path.parent)  # the same trials, their workdir spelled otherwise: the commands differ
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path.name)[2:])]) == 0 and ran
+
+
 @pytest.mark.parametrize("sweep_source,message", [
     ("def get_sweep(arg):\n  return [{'model.depth': 3}]\nGRID = Grid(get_config, get_sweep)\n",
      "trial depth=3: no such config key 'model.depth'"),

@@ -10,7 +10,6 @@ A trial trained otherwise than its grid declares it (steps, batch, seed, model, 
 is refused; one filed before with other results is replaced only with --replace. RESULTS
 changes only once every sweep is filed and the whole page is built: a failure leaves it as it
 was."""
-import shlex
 
 from absl import flags
 from etils import epath
@@ -35,11 +34,6 @@ COMMAND = Command("nplace report DIR... --out OUT | nplace report --results RESU
                   bucket_outputs=False)
 
 
-def _trained_config(run):
-  """The config the trial's `nplace train` command trains."""
-  return train.COMMAND.parse(shlex.split(run.command)[2:], check_outputs=False)[0].config
-
-
 def _file_and_regenerate(dirs, results_dir, replace: bool):
   """Files each sweep, then regenerates the page; what was filed is written with the page, so
   a failure anywhere leaves RESULTS as it was, and says so."""
@@ -47,7 +41,7 @@ def _file_and_regenerate(dirs, results_dir, replace: bool):
   try:
     for d in dirs:
       print(f"filing {d}: reading its finished trials", flush=True)
-      filing = results.file_sweep(d, results_dir, _trained_config, filed, replace)
+      filing = results.file_sweep(d, results_dir, lambda run: train.config_of(run.command), filed, replace)
       filed[filing.study.path.name] = filing.study
       lines.append(_filed_line(d, filing))
     with staging.staged(results_dir) as staged:

@@ -3,12 +3,13 @@ this process, each in DIR/<trial>/ with its own summary, event files and checkpo
 --batch K, trials that differ only in the seed, optim.lr, optim.weight_decay, optim.b1, optim.b2,
 optim.eps, optim.min_lr_ratio and model.dt train K at a time as one compiled program (a cell),
 each still its own run; --batch 1 runs them one after another. Rerunning the same command skips
-finished trials and resumes interrupted ones; a trial (or cell) that fails is recorded and the
-sweep goes on. A grid that reuses another variant's trials (its `reuses(arg)`) skips them.
+finished trials and resumes interrupted ones (a rerun that would train a finished trial otherwise
+is refused); a trial (or cell) that fails is recorded and the sweep goes on. A grid that reuses another variant's trials (its `reuses(arg)`) skips them.
 DIR/sweep.json holds every trial's status and summary, DIR/.jax_cache JAX's compiled programs
 (unless JAX_COMPILATION_CACHE_DIR names another). --list prints the command
 of each trial (`nplace train`) or cell (`nplace sweep --cell N`) instead, one per pod worker;
 without --workdir its commands write to WORKDIR."""
+import json
 import re
 import shlex
 import sys
@@ -16,7 +17,9 @@ import sys
 from absl import flags
 from etils import epath
 
+from nplace.commands import train
 from nplace.commands.flags import Command
+from nplace.config import flatten
 from nplace.errors import UsageError
 from nplace.logs import progress
 from nplace.runtime import compile_cache
@@ -92,6 +95,7 @@ def main(argv):
       else:
         print(f"cell-{n:03d}\t{_cell_command(argv, n)}")
     return
+  _check_finished_trials_unchanged(workdir, trials)
   workdir.mkdir(parents=True, exist_ok=True)
   try:
     record = sweep.new_record(spec, cli_overrides, trials, workdir)
@@ -101,6 +105,30 @@ def main(argv):
   running = [trials[i] for i in sorted(i for cell in groups for i in cell)]
   with compile_cache.persistent(workdir / compile_cache.DIRNAME), progress.labelled(_labels(running)):
     sweep.run(trials, workdir, record, groups)  # cells of one program compile it once
+
+
+def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.PlannedTrial]) -> None:
+  """UsageError when a trial that sweep.json shows finished would now train another config (a
+  changed override or experiment file): the rerun would skip it, and the rewritten record would
+  describe it by the new command. An old command that no longer reads (its file moved) is let be."""
+  path = workdir / "sweep.json"
+  try:
+    before = {e["name"]: e for e in json.loads(path.read_text())["trials"]} if path.exists() else {}
+  except (ValueError, KeyError, TypeError):
+    return  # not a record this command wrote: it is rewritten as before
+  for t in trials:
+    old = before.get(t.name)
+    if old is None or old.get("status") not in sweep.FINISHED or old.get("command") == t.command:
+      continue
+    try:
+      was, now = flatten(train.config_of(old["command"]).to_dict()), flatten(t.config.to_dict())
+    except UsageError:
+      continue
+    changed = next((k for k in now if was.get(k) != now[k]), None)
+    if changed:
+      raise UsageError(f"--workdir {workdir}: trial {t.name} finished with {changed}={was.get(changed)!r}, and this "
+                       f"command gives {now[changed]!r}: a finished trial is not rerun, and its record would then "
+                       "describe it by this command; use another --workdir")
 
 
 def _labels(trials: list[grid.PlannedTrial]) -> dict[str, str]:

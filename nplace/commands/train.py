@@ -6,6 +6,8 @@ same command again to resume an interrupted run (it says from which step and che
 finished run is left as it is, summary.json included. A workdir whose run was started with
 another train.steps is refused unless --extend trains it on to the new train.steps.
 """
+import shlex
+
 from absl import flags
 
 from nplace.commands.flags import Command
@@ -21,6 +23,11 @@ def _define(fv):
 
 COMMAND = Command("nplace train --config FILE[:ARG] --workdir DIR [--extend] [--config.KEY=VALUE ...]", __doc__, _define,
                   output_dirs=("workdir",))
+
+
+def config_of(command: str):
+  """The config the command line `nplace train ...` trains (read, not run: no output is checked)."""
+  return COMMAND.parse(shlex.split(command)[2:], check_outputs=False)[0].config
 
 
 def main(argv):
