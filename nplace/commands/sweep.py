@@ -4,11 +4,11 @@ this process, each in DIR/<trial>/ with its own summary, event files and checkpo
 optim.eps, optim.min_lr_ratio and model.dt train K at a time as one compiled program (a cell),
 each still its own run; --batch 1 runs them one after another. Rerunning the same command skips
 finished trials and resumes interrupted ones (a rerun that would train a finished trial otherwise
-is refused); a trial (or cell) that fails is recorded and the sweep goes on. A grid that reuses another variant's trials (its `reuses(arg)`) skips them.
-DIR/sweep.json holds every trial's status and summary, DIR/.jax_cache JAX's compiled programs
-(unless JAX_COMPILATION_CACHE_DIR names another). --list prints the command
-of each trial (`nplace train`) or cell (`nplace sweep --cell N`) instead, one per pod worker;
-without --workdir its commands write to WORKDIR."""
+is refused); a trial (or cell) that fails is recorded and the sweep goes on. A grid that reuses
+another variant's trials (its `reuses(arg)`) skips them. DIR/sweep.json holds every trial's
+status and summary, DIR/.jax_cache JAX's compiled programs (unless JAX_COMPILATION_CACHE_DIR
+names another). --list prints the command of each trial (`nplace train`) or cell (`nplace sweep
+--cell N`) instead, one per pod worker; without --workdir its commands write to WORKDIR."""
 import json
 import re
 import shlex
