@@ -216,6 +216,7 @@ def test_gradient_descents_edge_and_the_backward_stability_bound():
     (["--all", "pre"], "--all takes no PLACEMENT"),
     (["--all", "--depth", "4"], "--depth: --all reads the filed grids at their own depth"),
     (["--all", "--results", "/nonexistent"], "neither ladder_cpu/ nor stability_placements/ is filed there"),
+    (["--all", "--width", "0"], "flag --width=0: 0 is not a positive integer"),  # was a math domain error
 ])
 def test_bad_input_is_one_line_before_any_compile(capsys, monkeypatch, argv, needle):
   monkeypatch.setattr(lab, "measure_all", lambda configs: pytest.fail("measured despite bad input"))

@@ -32,8 +32,8 @@ DEFAULT_CONFIG = "experiments/placements.py"
 
 
 def _define(fv):
-  flags.DEFINE_integer("depth", 48, "blocks of the lab model", flag_values=fv)
-  flags.DEFINE_integer("width", 64, "d_model of the lab model", flag_values=fv)
+  flags.DEFINE_integer("depth", 48, "blocks of the lab model", lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("width", 64, "d_model of the lab model", lower_bound=1, flag_values=fv)
   flags.DEFINE_string("json", None, "write every number here", flag_values=fv)
   flags.DEFINE_bool("all", False, "each configuration's measured maximum stable rate by size (with --width N: the "
                     "scale ladder's fit at N)", flag_values=fv)
