@@ -175,6 +175,21 @@ def run_to_end(r: Runner, s: gcloud.Slice, a, args: list[str], workdir: str) -> 
   raise LaunchError(f"{s.name}: still not finished after {a.retries} retries")
 
 
+def sweep_command(a, *tail: str) -> list[str]:
+  """`nplace sweep` over the grid's trials (--only), run here: `--list`, or `--record` with the
+  overrides each trial ran with on its slice."""
+  only = ["--only", a.only] if a.only else []
+  return [a.nplace, "sweep", "--config", a.config, "--workdir", a.workdir, *only, *tail]
+
+
+def record_sweep(r: Runner, a, chips: int | None = None):
+  """The grid's sweep.json, written into its bucket from each trial's summary.json (`nplace sweep
+  --record`): its trials ran on slices of their own, and `nplace report` files a sweep."""
+  code = r.run(sweep_command(a, *on_slice(a, list(a.overrides), chips), "--record"), check=False)
+  if code:
+    r.note(f"no sweep.json written (exit code {code}); the command above writes it once it can")
+
+
 def on_slice(a, args: list[str], chips: int | None = None) -> list[str]:
   """`nplace train` ARGS plus what every run on a slice needs: jax.distributed on all workers,
   and the global batch from --batch-per-chip unless ARGS set one (a sweep trial may). `chips`:

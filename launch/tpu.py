@@ -22,8 +22,8 @@ import subprocess
 import sys
 
 import gcloud
-from steps import (FINAL, ROOT, LaunchError, Runner, UsageError, compile_check, create, run_command,
-                   on_slice, run_to_end, setup, stage_data, train)
+from steps import (FINAL, ROOT, LaunchError, Runner, UsageError, compile_check, create, record_sweep, run_command,
+                   on_slice, run_to_end, setup, stage_data, sweep_command, train)
 
 
 def single_run(a) -> list[str]:
@@ -48,9 +48,7 @@ def trials(r: Runner, a) -> list[tuple[str, list[str]]]:
   if a.trials:
     text = sys.stdin.read() if a.trials == "-" else pathlib.Path(a.trials).read_text()
   else:
-    only = ["--only", a.only] if a.only else []
-    argv = [a.nplace, "sweep", "--config", a.config, "--workdir", a.workdir, *only, *a.overrides,
-            "--list"]
+    argv = sweep_command(a, *a.overrides, "--list")
     print(shlex.join(argv), file=r.out, flush=True)
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if done.returncode:
@@ -114,6 +112,7 @@ def cmd_sweep(r: Runner, a) -> int:
       results = list(pool.map(lambda job: one(job, None), jobs))
   for (name, s, _, _), status in zip(jobs, results):
     r.note(f"{name}\t{s.name}\t{status}")
+  record_sweep(r, a)
   return 0 if all(st in FINAL for st in results) else 1
 
 

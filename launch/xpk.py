@@ -26,7 +26,7 @@ import shlex
 import sys
 
 import gcloud
-from steps import (FINAL, Runner, UsageError, clear_summary, compile_check, on_slice, run_command,
+from steps import (FINAL, Runner, UsageError, clear_summary, compile_check, on_slice, record_sweep, run_command,
                    summary_status)
 from tpu import Parser, slice_name, trials  # the trial list and the names of launch/tpu.py sweep
 
@@ -133,6 +133,7 @@ def cmd_wait(r: Runner, a) -> int:
     results.append((name, workload, status))
   for name, workload, status in results:
     r.note(f"{name}\t{workload}\t{status}")
+  record_sweep(r, a, chips=a.accel.chips * a.num_slices)
   return 0 if all(status in FINAL for _, _, status in results) else 1
 
 

@@ -116,6 +116,7 @@ gcloud storage cat gs://b/sw/pre_dt=1.0/summary.json
 gcloud compute tpus tpu-vm delete sw-pre-dt-1-0 --zone=z --project=p --quiet
 # peri_dt=0.1\tsw-peri-dt-0-1\tcompleted
 # pre_dt=1.0\tsw-pre-dt-1-0\tcompleted
+nplace sweep --config experiments/gpt2.py:124m --workdir gs://b/sw --config.distributed.initialize=True --config.train.batch_size=32 --record
 """
 
 SWEEP = ["sweep", "--project=p", "--zone=z", "--name=sw", "--accelerator=v5litepod-4", "--spot",
@@ -294,6 +295,7 @@ xpk workload list --cluster=gke --project=p --zone=z --wait-for-job-completion=s
 gcloud storage cat gs://b/sw/pre_dt=1.0/summary.json
 # peri_dt=0.1\tsw-peri-dt-0-1\tcompleted
 # pre_dt=1.0\tsw-pre-dt-1-0\tcompleted
+nplace sweep --config experiments/gpt2.py:124m --workdir gs://b/sw --config.distributed.initialize=True --config.train.batch_size=32 --record
 """
 
 GOLDEN_XPK_STATUS = """\
@@ -404,7 +406,9 @@ def test_xpk_sweep_then_wait_resubmits_the_preempted_trial(tmp_path):
   assert "# pre_dt=1.0: workload sw-pre-dt-1-0 exists: not submitted" in done.stdout
   done = launch("xpk.py", "wait", *options, stdin=TRIALS, env=env)
   assert done.returncode == 0, done.stdout + done.stderr
-  assert done.stdout.endswith("# peri_dt=0.1\tsw-peri-dt-0-1\tcompleted\n# pre_dt=1.0\tsw-pre-dt-1-0\tcompleted\n")
+  assert done.stdout.endswith("# peri_dt=0.1\tsw-peri-dt-0-1\tcompleted\n# pre_dt=1.0\tsw-pre-dt-1-0\tcompleted\n"
+                              f"{tmp_path / 'fits'} sweep --config experiments/gpt2.py:124m --workdir gs://b/sw "
+                              "--config.distributed.initialize=True --config.train.batch_size=64 --record\n")
   log = (tmp_path / "calls.log").read_text().splitlines()
   create = XPK_CREATE.format("sw-peri-dt-0-1", 2, "--priority=high ", "peri_dt=0.1 " + PERI.format(64))
   assert [line.split(" --")[0] if line.startswith(("nplace", "xpk workload list")) else line for line in log] == [
@@ -422,4 +426,5 @@ def test_xpk_sweep_then_wait_resubmits_the_preempted_trial(tmp_path):
       "gcloud storage cat gs://b/sw/peri_dt=0.1/summary.json",  # completed
       "xpk workload list",  # pre_dt=1.0 ends
       "gcloud storage cat gs://b/sw/pre_dt=1.0/summary.json",
+      "nplace sweep",  # sweep.json, from the trials' summaries: a sweep nplace report files
   ]

@@ -15,7 +15,8 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from nplace.commands import main, train as train_command
-from nplace.studies import grid
+from nplace.studies import grid, runs
+from nplace.train.summary import Summary
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
 EXPERIMENT = '''
@@ -140,6 +141,23 @@ def test_a_rerun_that_would_change_a_finished_trial_is_refused_in_one_line(exper
   assert (tmp_path / "sweep.json").read_text() == record and not ran
   monkeypatch.chdir(tmp_path.parent)  # the same trials, their workdir spelled otherwise: the commands differ
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path.name)[2:])]) == 0 and ran
+
+
+def test_record_makes_trials_run_elsewhere_a_sweep_and_runs_nothing(experiment, tmp_path, capsys, monkeypatch):
+  """launch/tpu.py sweep trains each trial on a slice of its own, which wrote no sweep.json:
+  report refused to file the directory ("not a sweep")."""
+  monkeypatch.setattr("nplace.studies.sweep.run", lambda *args: pytest.fail("ran"))
+  (tmp_path / NAMES[1]).mkdir()
+  (tmp_path / NAMES[1] / "summary.json").write_text(Summary(step=60, frequency_loss=4.5).to_json())
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--record")[2:])]) == 0
+  assert capsys.readouterr().out == (f"sweep: 1/3 trials done (1 completed, 0 diverged, 0 failed); "
+                                     f"record in {tmp_path / 'sweep.json'}\n")
+  source = runs.load(tmp_path)
+  assert source.config == f"{experiment}:small"
+  assert [(run.name, run.status) for run in source.runs] == [(NAMES[0], "pending"), (NAMES[1], "completed"),
+                                                             (NAMES[2], "pending")]
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--record", "--list")[2:])]) == 2
+  assert capsys.readouterr().err == "nplace sweep: --list and --record: give one\n"
 
 
 @pytest.mark.parametrize("sweep_source,message", [

@@ -8,7 +8,9 @@ is refused); a trial (or cell) that fails is recorded and the sweep goes on. A g
 another variant's trials (its `reuses(arg)`) skips them. DIR/sweep.json holds every trial's
 status and summary, DIR/.jax_cache JAX's compiled programs (unless JAX_COMPILATION_CACHE_DIR
 names another). --list prints the command of each trial (`nplace train`) or cell (`nplace sweep
---cell N`) instead, one per pod worker; without --workdir its commands write to WORKDIR."""
+--cell N`) instead, one per pod worker; without --workdir its commands write to WORKDIR.
+--record writes DIR/sweep.json from the trials' own summaries and runs nothing (trials run
+elsewhere, a slice each: launch/tpu.py sweep)."""
 import json
 import re
 import shlex
@@ -36,10 +38,13 @@ def _define(fv):
   flags.DEFINE_integer("batch", 1, "train up to this many trials that can share a program as one cell",
                        lower_bound=1, flag_values=fv)
   flags.DEFINE_integer("cell", None, "run only this cell (as --list numbers them)", lower_bound=0, flag_values=fv)
+  flags.DEFINE_bool("record", False, "write DIR/sweep.json from each trial's own summary.json and run nothing: "
+                    "trials run elsewhere (launch/tpu.py sweep, a slice each) become a sweep nplace report files",
+                    flag_values=fv)
 
 
-COMMAND = Command("nplace sweep --config FILE[:ARG] --workdir DIR [--batch K [--cell N]] [--only REGEX] [--list] "
-                  "[--config.KEY=VALUE ...]", __doc__, _define, output_dirs=("workdir",),
+COMMAND = Command("nplace sweep --config FILE[:ARG] --workdir DIR [--batch K [--cell N]] [--only REGEX] "
+                  "[--list | --record] [--config.KEY=VALUE ...]", __doc__, _define, output_dirs=("workdir",),
                   writes_nothing_with=("list",))
 
 
@@ -61,6 +66,8 @@ def config_args(argv) -> tuple[str, list[str]]:
 
 def main(argv):
   fv, _ = COMMAND.parse(argv)
+  if fv.list and fv.record:
+    raise UsageError("--list and --record: give one")
   given = fv.workdir
   if not given:
     if not fv.list:
@@ -102,6 +109,9 @@ def main(argv):
   except SummaryError as e:
     raise UsageError(str(e)) from None
   sweep.write_record(workdir / "sweep.json", record)
+  if fv.record:
+    print(f"{sweep.progress_line(record['trials'], [])}; record in {workdir / 'sweep.json'}")
+    return
   running = [trials[i] for i in sorted(i for cell in groups for i in cell)]
   with compile_cache.persistent(workdir / compile_cache.DIRNAME), progress.labelled(_labels(running)):
     sweep.run(trials, workdir, record, groups)  # cells of one program compile it once

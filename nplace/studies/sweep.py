@@ -43,7 +43,7 @@ def write_record(path: epath.Path, record: dict) -> None:
   workdirs.write_atomic(path, json.dumps(record, indent=1) + "\n")
 
 
-def _progress(entries, wall_times) -> str:
+def progress_line(entries, wall_times) -> str:
   done = [e for e in entries if e["status"] in (*FINISHED, "failed")]
   counts = ", ".join(f"{sum(e['status'] == s for e in done)} {s}" for s in (*FINISHED, "failed"))
   line = f"sweep: {len(done)}/{len(entries)} trials done ({counts})"
@@ -100,7 +100,7 @@ def run(trials, workdir: epath.Path, record: dict, groups: list[list[int]]) -> d
     wall_times += [(time.perf_counter() - start) / len(cell)] * len(cell)
     jax.clear_caches()  # each trial compiles its own steps; do not keep the previous ones
     write_record(path, record)
-    print(_progress([entries[j] for j in selected], wall_times), flush=True)
+    print(progress_line([entries[j] for j in selected], wall_times), flush=True)
     if any(entries[i]["status"] == "preempted" for i in cell):
       print("sweep: preempted; rerun the same command to resume", flush=True)
       break
