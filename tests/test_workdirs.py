@@ -2,7 +2,7 @@
 fixture in conftest.py): event files, atomic JSON, the writability check; `nplace train`
 killed with SIGKILL in a bucket and resumed ends where a local run does, with quiet output;
 `nplace eval`, `probe`, `report`, `plot` and TensorBoard read the bucket run; `nplace sweep` killed
-mid-trial in a bucket and rerun finishes its grid."""
+mid-trial in a bucket and rerun finishes its grid, and `--record` writes its record again."""
 import http.server
 import json
 import os
@@ -306,3 +306,6 @@ def test_a_sweep_killed_mid_trial_in_a_bucket_reruns_to_the_end(gcs, env, tmp_pa
   assert [t["status"] for t in record["trials"]] == ["completed", "completed"]
   assert events.read_scalars(bucket / "sweep/seed=0")["train/loss"][0].tolist() == list(range(1, 9))
   assert not [line for line in out.splitlines() if any(n in line for n in GCSFS_NOISE)]
+  workdirs.resolve(f"{uri}/sweep/sweep.json").unlink()  # as trials run a slice each leave their grid
+  finish(nplace(*argv, "--record", env=env))
+  assert json.loads((bucket / "sweep/sweep.json").read_text()) == record
