@@ -141,6 +141,10 @@ def test_a_rerun_that_would_change_a_finished_trial_is_refused_in_one_line(exper
   assert (tmp_path / "sweep.json").read_text() == record and not ran
   monkeypatch.chdir(tmp_path.parent)  # the same trials, their workdir spelled otherwise: the commands differ
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path.name)[2:])]) == 0 and ran
+  stale = json.loads(record)
+  stale["trials"][0]["command"] += " --config.model.dt=-1"  # a config that no longer validates is let be
+  (tmp_path / "sweep.json").write_text(json.dumps(stale))
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path.name)[2:])]) == 0 and len(ran) == 2
 
 
 def test_record_makes_trials_run_elsewhere_a_sweep_and_runs_nothing(experiment, tmp_path, capsys, monkeypatch):

@@ -22,7 +22,7 @@ from etils import epath
 from nplace.commands import train
 from nplace.commands.flags import Command
 from nplace.config import flatten
-from nplace.errors import UsageError
+from nplace.errors import ConfigError, UsageError
 from nplace.logs import progress
 from nplace.runtime import compile_cache
 from nplace.studies import grid, sweep
@@ -120,7 +120,8 @@ def main(argv):
 def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.PlannedTrial]) -> None:
   """UsageError when a trial that sweep.json shows finished would now train another config (a
   changed override or experiment file): the rerun would skip it, and the rewritten record would
-  describe it by the new command. An old command that no longer reads (its file moved) is let be."""
+  describe it by the new command. An old command that no longer reads (its file moved, or its
+  config no longer validates) is let be."""
   path = workdir / "sweep.json"
   try:
     before = {e["name"]: e for e in json.loads(path.read_text())["trials"]} if path.exists() else {}
@@ -132,7 +133,7 @@ def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.Plan
       continue
     try:
       was, now = flatten(train.config_of(old["command"]).to_dict()), flatten(t.config.to_dict())
-    except UsageError:
+    except (UsageError, ConfigError):
       continue
     changed = next((k for k in now if was.get(k) != now[k]), None)
     if changed:
