@@ -44,13 +44,13 @@ def write_atomic(path: epath.Path, content: str | bytes) -> None:
   atomic by itself (readers see the old object until the new one is complete), where a
   temporary object and a rename would be a copy and a delete more. Local directories missing
   on the way are created: `check_writable` passed an output file on its nearest existing one."""
-  write = epath.Path.write_bytes if isinstance(content, bytes) else epath.Path.write_text
+  data = content.encode() if isinstance(content, str) else content
   if is_remote(path):
-    write(path, content)
+    path.write_bytes(data)
     return
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.parent / (path.name + ".tmp")
-  write(tmp, content)
+  tmp.write_bytes(data)
   tmp.replace(path)
 
 
