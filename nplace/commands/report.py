@@ -49,7 +49,7 @@ def _file_and_regenerate(dirs, results_dir, replace: bool):
         results.write(study, staged)
       path = page.write(results_dir, filed=filed, staged=staged)
   except runs.RunsError as e:
-    raise runs.RunsError(f"{e} (nothing filed)" if dirs and "nothing filed" not in str(e) else str(e)) from None
+    raise runs.RunsError(f"{e} (nothing filed)" if dirs else str(e)) from None
   print("\n".join(lines), flush=True)
   return path
 

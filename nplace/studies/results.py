@@ -205,7 +205,7 @@ def file_sweep(sweep_dir, results_dir, config_of, filed: dict | None = None, rep
   if replaced and not replace:
     shown = ", ".join(replaced[:3]) + (f" and {len(replaced) - 3} more" if len(replaced) > 3 else "")
     raise runs_lib.RunsError(f"{sweep_dir}: {len(replaced)} of its trials are filed in {into} with other results "
-                             f"({shown}): nothing filed (--replace files them in their place)")
+                             f"({shown}); --replace files them in their place")
   merged = [new.pop(t.name, t) for t in before] + list(new.values())
   return Filing(Study(into, source.config, merged), list(new), replaced, unchanged,
                 len(merged) - len(trials))
