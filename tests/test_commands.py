@@ -198,7 +198,8 @@ def test_an_unwritable_output_fails_in_one_line_before_the_work(argv, heavy, cap
 def test_a_bucket_output_of_a_command_that_writes_local_files_is_one_line(argv, capsys):
   """report --out wrote into a local folder named `gs:` and said it wrote the bucket; demo made
   one and crashed at its first checkpoint."""
-  flag, uri = argv[-2:] if argv[0] != "report" or "--out" in argv else argv[1:3]
+  uri = next(arg for arg in argv if arg.startswith("gs://"))
+  flag = argv[argv.index(uri) - 1]
   code, out, err = run_main(capsys, *argv)
   assert code == 2 and out == ""
   assert err == f"nplace {argv[0]}: {flag} {uri}: a bucket; this command writes to local disk only\n"
