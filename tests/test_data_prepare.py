@@ -116,13 +116,18 @@ def test_a_cache_that_cannot_be_written_is_one_line_exit_2(tmp_path, monkeypatch
       err.endswith("set NPLACE_CACHE or data.cache_dir to a directory you can write\n"), err
 
 
-def test_half_written_directory_is_redone(tmp_path):
+def test_damaged_directory_is_redone_and_shards_without_meta_are_kept(tmp_path):
   d = data_config(tmp_path, "synthetic", synthetic_tokens=5000)
   reference = all_tokens(P.prepared_dir(d))
   out = tmp_path / "out"
   out.mkdir()
-  (out / "train_00000.bin").write_bytes(b"\0" * 100)  # shards, but no meta.json
-  P.prepare(d, out)
+  (out / "train_00000.bin").write_bytes(b"\0" * 100)  # shards, but no meta.json: not ours, kept
+  with pytest.raises(DataError, match=r"out: not a token directory \(holds 'train_00000.bin', no valid meta.json\); "
+                     "refusing to overwrite it"):
+    P.prepare(d, out)
+  assert (out / "train_00000.bin").read_bytes() == b"\0" * 100
+  (out / "train_00000.bin").unlink()
+  P.prepare(d, out)  # an empty directory is prepared into
   np.testing.assert_array_equal(all_tokens(out), reference)
   with open(out / "train_00000.bin", "r+b") as f:  # finished, then damaged
     f.truncate(10)

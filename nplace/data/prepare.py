@@ -93,8 +93,9 @@ def prepare(data, out, progress=None) -> dict:
 
 
 def _finished(out: pathlib.Path, key: dict):
-  """out's meta if out is a finished preparation of `key`; None after clearing a
-  half-written one; DataError if out holds anything else."""
+  """out's meta if out is a finished preparation of `key`; None after clearing a damaged
+  one (its meta.json proves it ours: a preparation lands whole, by one rename); DataError
+  if out holds anything else, shards without a meta.json included."""
   if not out.exists():
     return None
   try:
@@ -106,12 +107,13 @@ def _finished(out: pathlib.Path, key: dict):
                     f"or its files changed); delete it or choose another directory")
   if meta is not None and _shards_intact(out, meta):
     return meta
-  foreign = [p.name for p in out.iterdir() if p.name != META and not _SHARD.fullmatch(p.name)]
-  if foreign:
-    raise DataError(f"{out}: not a token directory (holds {foreign[0]!r}); "
-                    f"refusing to overwrite it")
-  if any(out.iterdir()):
-    print(f"{out}: half-written (no valid {META}); preparing it again", file=sys.stderr)
+  held = sorted(p.name for p in out.iterdir())
+  foreign = [name for name in held if name != META and not _SHARD.fullmatch(name)]
+  if foreign or (held and meta is None):
+    raise DataError(f"{out}: not a token directory (holds {(foreign or held)[0]!r}"
+                    f"{'' if foreign else f', no valid {META}'}); refusing to overwrite it")
+  if held:
+    print(f"{out}: damaged (a shard is missing or cut short); preparing it again", file=sys.stderr)
   shutil.rmtree(out)
   return None
 
