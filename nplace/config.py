@@ -9,7 +9,9 @@ turns a section back into its typed, frozen form (hashable: a static argument of
 """
 import dataclasses
 import importlib.util
+import math
 import pathlib
+import traceback
 import types
 import typing
 
@@ -17,7 +19,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from nplace.data import checks as data_checks
-from nplace.errors import ConfigError
+from nplace.errors import NOT_SET, ConfigError
 from nplace.placements import PLACEMENTS
 
 # The experiment configs: the source tree's experiments/, which installs as nplace.experiments,
@@ -294,15 +296,28 @@ def experiment(name: str, arg: str | None = None) -> ml_collections.ConfigDict:
   return module.get_config() if arg is None else module.get_config(arg)
 
 
+def file_error(error: BaseException, file) -> str | None:
+  """One line for an exception that running the Python file `file` (a config or grid file)
+  raised: the file, the line in it, the exception; None when no frame of it is in `file`.
+  A SyntaxError names its file itself, or none where the source could not be read as text."""
+  if isinstance(error, SyntaxError) and error.filename in (None, str(file)):
+    return f"{file}{f', line {error.lineno}' if error.lineno else ''}: SyntaxError: {error.msg}"
+  frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == str(file)]
+  if not frames:
+    return None
+  message = str(error).splitlines()[0] if str(error) else ""
+  return f"{file}, line {frames[-1].lineno}: {type(error).__name__}" + (f": {message}" if message else "")
+
+
 def from_saved(saved: dict) -> ml_collections.ConfigDict:
   """A config saved as JSON (by a checkpoint) over today's defaults: fields added since keep
-  their defaults; JSON's lists become the tuples they were."""
-  def tuples(x):
-    if isinstance(x, dict):
-      return {k: tuples(v) for k, v in x.items()}
-    return _frozen(x)
+  their defaults, fields removed since are dropped; JSON's lists become the tuples they were."""
   c = base_config()
-  c.update(tuples(saved))
+  known = {key for key, _, _ in keys(c)}
+  for key, value in flatten(saved).items():
+    if key in known:
+      section, _, field = key.rpartition(".")
+      (c[section] if section else c)[field] = _frozen(value)
   return c
 
 
@@ -314,8 +329,8 @@ def variant(study: str, arg: str, builders: dict):
 
 
 def _positive(key: str, value):
-  if not value > 0:
-    raise ConfigError(key, value, "must be positive")
+  if not 0 < value < math.inf:
+    raise ConfigError(key, value, "must be positive" if math.isfinite(value) else "must be finite")
 
 
 def _choices(config) -> None:
@@ -327,8 +342,29 @@ def _choices(config) -> None:
         raise ConfigError(f"{name}.{field.name}", value, f"must be one of {', '.join(choices)}")
 
 
+def _declared_keys(config) -> None:
+  """The config holds the declared keys and no others (a config file's `c.train.stepz = 4` is
+  refused, not ignored), and no bool where a number goes (a grid's `{"train.steps": True}`:
+  ConfigDict takes it, since a bool is an int)."""
+  held = flatten(config.to_dict())
+  types_of = {f"{name}.{field}": hint for name, section in SECTIONS.items()
+              for field, hint in typing.get_type_hints(section).items()} | {k: int for k in TOP_KEYS}
+  for key in sorted(held.keys() - types_of.keys()):
+    raise ConfigError(key, held[key], "no such config key (nplace info --config FILE --keys lists them)")
+  for key in sorted(types_of.keys() - held.keys()):
+    raise ConfigError(key, NOT_SET, "missing: a config starts from nplace.config.base_config()")
+  for key, hint in types_of.items():
+    numeric = {int, float} & {hint, *typing.get_args(hint)}
+    if numeric and isinstance(held[key], bool):
+      raise ConfigError(key, held[key], f"must be {' or '.join(sorted(t.__name__ for t in numeric))}, not a bool")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first bad value. Cheap: builds nothing."""
+  _declared_keys(config)
+  for key, value in (("seed", config.seed), ("data.synthetic_seed", config.data.synthetic_seed)):
+    if not 0 <= value < 2**32:  # what jax.random and numpy take
+      raise ConfigError(key, value, "must be in [0, 2**32)")
   m = config.model
   for key in ("vocab_size", "max_len", "n_layer", "scan_unroll", "n_head", "d_model"):
     _positive(f"model.{key}", m[key])
@@ -413,8 +449,8 @@ def _validate_training(config) -> None:
   _positive("checkpoint.keep", config.checkpoint.keep)
   _positive("optim.lr", o.lr)
   for key in ("warmup_steps", "weight_decay", "clip_norm", "eps"):
-    if o[key] < 0:
-      raise ConfigError(f"optim.{key}", o[key], "must be >= 0")
+    if not 0 <= o[key] < math.inf:
+      raise ConfigError(f"optim.{key}", o[key], "must be >= 0" if math.isfinite(o[key]) else "must be finite")
   for key in ("min_lr_ratio", "b1", "b2"):
     if not 0 <= o[key] <= 1:
       raise ConfigError(f"optim.{key}", o[key], "must be in [0, 1]")

@@ -6,11 +6,14 @@ class UsageError(Exception):
   """Bad command-line input: a missing or unknown flag, a path that does not exist."""
 
 
+NOT_SET = object()  # ConfigError's value for a key the config lacks
+
+
 class ConfigError(ValueError):
   """A bad configuration value; the message names the key."""
 
   def __init__(self, key: str, value, why: str):
-    super().__init__(f"config error: {key}={value!r}: {why}")
+    super().__init__(f"config error: {key}{'' if value is NOT_SET else f'={value!r}'}: {why}")
     self.key = key
 
 

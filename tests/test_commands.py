@@ -57,6 +57,12 @@ def run_main(capsys, *argv):
     ("--config.probe.early_until=500", "probe.early_until"),
     ("--config.model.bogus=1", "bogus"),
     ("--config.model.n_layer=abc", "model.n_layer"),
+    ("--config.seed=-1", "seed"),
+    ("--config.seed=4294967296", "seed"),
+    ("--config.data.synthetic_seed=-1", "data.synthetic_seed"),
+    ("--config.optim.lr=inf", "optim.lr"),
+    ("--config.optim.weight_decay=nan", "optim.weight_decay"),
+    ("--config.model.dt=inf", "model.dt"),
 ])
 def test_config_errors_are_one_line(capsys, override, key):
   code, out, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", override)
@@ -263,6 +269,34 @@ def test_an_output_file_that_is_a_directory_is_one_line(capsys, monkeypatch, tmp
   monkeypatch.setattr("nplace.commands.probe.probe", lambda *args: pytest.fail("probed"))
   code, _, err = run_main(capsys, "probe", "--config", TINY, "--json", str(tmp_path))
   assert code == 2 and err == f"nplace probe: --json {tmp_path}: is a directory, not a file\n"
+
+
+TINY_FILE = "from nplace.config import experiment\n"
+
+
+@pytest.mark.parametrize("source,message", [
+    ("def get_config(arg=None):\n  return dict(\n", "{file}, line 2: SyntaxError: '(' was never closed"),
+    ("\0\1", "{file}: SyntaxError: source code string cannot contain null bytes"),
+    ("import no_such_module_here\n", "{file}, line 1: ModuleNotFoundError: No module named 'no_such_module_here'"),
+    ("def get_config(arg=None):\n  raise RuntimeError('boom')\n", "{file}, line 2: RuntimeError: boom"),
+    ("def get_config(arg=None):\n  return {'model': {}}\n",
+     "{file}: get_config() returned dict, not an ml_collections.ConfigDict"),
+    ("def get_config(arg=None):\n  pass\n", "{file}: get_config() returned None, not an ml_collections.ConfigDict"),
+    ("x = 1\n", "{file}: defines no get_config()"),
+    (TINY_FILE + "def get_config(arg=None):\n  c = experiment('tiny', 'pre')\n  c.train.stepz = 4\n  return c\n",
+     "config error: train.stepz=4: no such config key (nplace info --config FILE --keys lists them)"),
+    (TINY_FILE + "def get_config(arg=None):\n  c = experiment('tiny', 'pre')\n  del c.optim.lr\n  return c\n",
+     "config error: optim.lr: missing: a config starts from nplace.config.base_config()"),
+])
+def test_a_config_file_that_fails_is_one_line_naming_where(source, message, capsys, tmp_path, monkeypatch):
+  # config_flags runs every --config file as the module config_config, into the one an earlier
+  # test left in sys.modules: a file defining no get_config would find that one's
+  monkeypatch.delitem(sys.modules, "config_config", raising=False)
+  file = tmp_path / "mine.py"
+  file.write_text(source)
+  code, _, err = run_main(capsys, "info", "--config", str(file))
+  assert code == 2 and err.splitlines()[-1] == "nplace info: " + ("" if message.startswith("config error") else "--config ") \
+      + message.format(file=file), err
 
 
 @pytest.mark.parametrize("spec", [["--config", "no_such_file.py"], ["--config=no_such_file.py:arg"]])

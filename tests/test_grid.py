@@ -23,3 +23,12 @@ def test_apply_copies_and_names_bad_keys_and_types():
     grid.apply(base, {"model.dt.x": 1}, "trial t")
   with pytest.raises(grid.GridError, match="trial t: model.n_layer='four'"):
     grid.apply(base, {"model.n_layer": "four"}, "trial t")
+
+
+def test_a_grid_file_is_found_installed_and_its_error_is_one_line_naming_the_line(tmp_path, monkeypatch):
+  file = tmp_path / "mine.py"
+  file.write_text("x = 1\nraise RuntimeError('boom')\n")
+  with pytest.raises(grid.GridError, match=f"^{file}, line 2: RuntimeError: boom$"):
+    grid.load_grid(file)
+  monkeypatch.chdir(tmp_path)  # no experiments/ here: the installed grid files, as --config finds them
+  assert grid.load_sweep("experiments/collapse.py:cpu")

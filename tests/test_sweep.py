@@ -170,6 +170,16 @@ def test_record_makes_trials_run_elsewhere_a_sweep_and_runs_nothing(experiment, 
     ("def get_sweep(arg):\n  return [{'seed': 1}, {'model.n_head': 5}]\nGRID = Grid(get_config, get_sweep)\n",
      "trial n_head=5: config error: model"),
     ("", "declares no GRID"),
+    ("def get_sweep(arg):\n  return [{'model': {'placement': 'peri'}}]\nGRID = Grid(get_config, get_sweep)\n",
+     "'model' is a section: name its keys, dotted (model.KEY)"),
+    ("def get_sweep(arg):\n  return [{1: 3}]\nGRID = Grid(get_config, get_sweep)\n",
+     "get_sweep must return a non-empty list of dicts (dotted key -> value)"),
+    ("def get_sweep(arg):\n  return ({'seed': s} for s in range(2))\nGRID = Grid(get_config, get_sweep)\n",
+     "get_sweep must return a non-empty list of dicts (dotted key -> value)"),
+    ("def get_sweep(arg):\n  return [{'train.steps': True}]\nGRID = Grid(get_config, get_sweep)\n",
+     "trial steps=True: config error: train.steps=True: must be int, not a bool"),
+    ("def get_sweep(arg):\n  return [{'seed': 1}\nGRID = Grid(get_config, get_sweep)\n",
+     "bad.py, line 17: SyntaxError: '[' was never closed"),
 ])
 def test_bad_grids_are_refused_in_one_line_before_any_trial_runs(tmp_path, capsys, sweep_source, message):
   path = tmp_path / "bad.py"

@@ -9,9 +9,10 @@ import textwrap
 from typing import Callable
 
 from absl import flags
+import ml_collections
 from ml_collections import config_flags
 
-from nplace.config import experiment_path, validate
+from nplace.config import experiment_path, file_error, validate
 from nplace.errors import UsageError
 from nplace.runtime import workdirs
 
@@ -58,20 +59,23 @@ class Command:
     when argv names no --config file (eval: the checkpoint's). `check_outputs=False`: a
     command line read, not run (the report's trial commands)."""
     argv = ["nplace", *(_installed_configs(argv) if self.config != "none" else argv)]
+    file = _config_file(argv)
     try:
       fv = self.flag_values(argv, config)  # inside: with a ConfigDict, a bad override raises here
-      extra = fv(argv)[1:]
+      extra = fv(argv)[1:]  # runs the config file
       config = fv.config if self.config != "none" else None
       if config is not None:
         getattr(config, "model", None)  # a config file that failed to load raises OSError here
-    except (flags.Error, OSError) as e:
-      raise UsageError(_one_line(e)) from None
-    except (AttributeError, KeyError) as e:  # an override naming a key the config lacks
-      key, hint = _unknown_key(e)
-      where = next((a for a in argv if a.startswith("--config.") and f".{key}" in a), key)
-      raise UsageError(f"no such config key {key!r} (in {where})" + (f"; {hint}" if hint else "")) from None
+    except Exception as e:  # noqa: BLE001 - a config file runs the user's code: whatever it raised
+      error = _parse_error(e, argv, file)
+      if error is None:
+        raise
+      raise error from None
     if extra and not self.args:
       raise UsageError(f"unexpected argument {extra[0]!r}")
+    if file and not isinstance(config, ml_collections.ConfigDict):
+      raise UsageError(f"--config {file}: get_config() returned {'None' if config is None else type(config).__name__}, "
+                       "not an ml_collections.ConfigDict")
     if self.config == "required":
       if config is None:
         raise UsageError("--config is required")
@@ -108,6 +112,33 @@ class Command:
 def names_config(argv) -> bool:
   """Whether argv names a --config file (not only --config.KEY=VALUE overrides)."""
   return any(a == "--config" or a.startswith("--config=") for a in argv)
+
+
+def _config_file(argv) -> str | None:
+  """The file argv's --config FILE[:ARG] names, as config_flags runs it."""
+  for i, arg in enumerate(argv):
+    if arg.startswith("--config="):
+      return arg.removeprefix("--config=").partition(":")[0]
+    if arg == "--config" and i + 1 < len(argv):
+      return argv[i + 1].partition(":")[0]
+  return None
+
+
+def _parse_error(error: Exception, argv, file) -> UsageError | None:
+  """One line for what parsing argv raised: the config file's own error (where in it), a bad
+  flag, an override naming no key; None for anything else (a bug, not bad input)."""
+  in_file = file and file_error(error, file)
+  if in_file:
+    return UsageError(f"--config {in_file}")
+  if file and isinstance(error, AttributeError) and error.name == "get_config":
+    return UsageError(f"--config {file}: defines no get_config()")
+  if isinstance(error, (flags.Error, OSError)):
+    return UsageError(_one_line(error))
+  if isinstance(error, (AttributeError, KeyError)):  # an override naming a key the config lacks
+    key, hint = _unknown_key(error)
+    where = next((a for a in argv if a.startswith("--config.") and f".{key}" in a), key)
+    return UsageError(f"no such config key {key!r} (in {where})" + (f"; {hint}" if hint else ""))
+  return None
 
 
 def _unknown_key(error: Exception) -> tuple[str, str]:

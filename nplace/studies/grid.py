@@ -8,7 +8,7 @@ import shlex
 
 import ml_collections
 
-from nplace.config import validate
+from nplace.config import experiment_path, file_error, validate
 from nplace.errors import ConfigError
 from nplace.protocol import Grid
 
@@ -32,7 +32,10 @@ def load_module(path):
     raise GridError(f"{path}: no such experiment file")
   spec = importlib.util.spec_from_file_location(f"nplace_grid_{pathlib.Path(path).stem}", path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except Exception as e:  # noqa: BLE001 - the user's code: whatever it raised, as one line naming where
+    raise GridError(file_error(e, path) or f"{path}: {type(e).__name__}: {e}") from None
   return module
 
 
@@ -45,7 +48,9 @@ def grid_of(module, where) -> Grid:
 
 
 def load_grid(path) -> Grid:
-  return grid_of(load_module(path), path)
+  """The GRID of the grid file at `path`; `experiments/NAME.py` missing here is the installed one,
+  as for --config."""
+  return grid_of(load_module(experiment_path(str(path))), path)
 
 
 def load_sweep(config_spec: str) -> list[dict]:
@@ -56,7 +61,8 @@ def load_sweep(config_spec: str) -> list[dict]:
     trials = found.sweep(arg) if arg else found.sweep()
   except Exception as e:  # a bad ARG, typically: the file's own message, on one line
     raise GridError(f"{config_spec}: get_sweep raised {type(e).__name__}: {e}") from None
-  if not trials or not all(isinstance(t, dict) for t in trials):
+  if (not isinstance(trials, (list, tuple)) or not trials
+      or not all(isinstance(t, dict) and all(isinstance(k, str) for k in t) for t in trials)):
     raise GridError(f"{config_spec}: get_sweep must return a non-empty list of dicts (dotted key -> value)")
   return trials
 
@@ -93,6 +99,8 @@ def apply(config: ml_collections.ConfigDict, overrides: dict, where: str) -> ml_
       node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
     if not isinstance(node, ml_collections.ConfigDict) or last not in node:
       raise GridError(f"{where}: no such config key {key!r}")
+    if isinstance(node[last], ml_collections.ConfigDict):
+      raise GridError(f"{where}: {key!r} is a section: name its keys, dotted ({key}.KEY)")
     try:
       node[last] = value
     except (TypeError, ValueError) as e:
