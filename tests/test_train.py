@@ -220,11 +220,19 @@ def test_a_truncated_checkpoint_file_is_one_line_naming_it_and_train_falls_back(
                ["probe", "--workdir", str(workdir), *SMALL, "--json", str(tmp_path / "probe.json")]):
     assert main.main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"nplace {argv[0]}: checkpoint 40 under {workdir / 'checkpoints'} does not restore (")
+    assert err.startswith(f"nplace {argv[0]}: checkpoint 40 under {workdir / 'checkpoints'}: its state does not "
+                          "restore (")
     assert f'local file "{workdir / "checkpoints" / "40"}' in err and err.endswith("an older one: --step 20\n"), err
+  (workdir / "checkpoints" / "40" / "config" / "metadata").write_text("")  # its config emptied too
+  for argv in (["eval", "--workdir", str(workdir)], ["convert", "--to-hf", "--workdir", str(workdir),
+                                                      "--out", str(tmp_path / "hf")]):
+    assert main.main(argv) == 2
+    assert capsys.readouterr().err == (f"nplace {argv[0]}: checkpoint 40 under {workdir / 'checkpoints'}: its config "
+                                       "does not restore (JSONDecodeError: Expecting value: line 1 column 1 (char 0)); "
+                                       "an older one: --step 20\n")
   (workdir / "summary.json").unlink()
   out = run(workdir, "--config.train.steps=40", env=env)
-  assert "warning: checkpoint 40 failed to restore (ValueError: OUT_OF_RANGE" in out and "resumed from step 20" in out
+  assert "warning: checkpoint 40 failed to restore (JSONDecodeError: Expecting value" in out and "resumed from step 20" in out
   # orbax's other reads of the broken checkpoint end after it has failed: none of them prints
   assert not re.search("Traceback|Exception ignored|Event loop is closed|never retrieved", out), out[:3000]
 

@@ -59,6 +59,14 @@ def saved_config(mngr: ocp.CheckpointManager, step: int) -> dict:
   return mngr.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
 
 
+def _config_or_data_error(mngr: ocp.CheckpointManager, step: int) -> dict:
+  """saved_config, or a DataError in a line where it does not read (a truncated or emptied file)."""
+  try:
+    return saved_config(mngr, step)
+  except Exception as e:
+    raise _unreadable(mngr, step, "its config", e) from None
+
+
 def check_model(saved: dict, model_config, step: int) -> None:
   """ConfigError unless `model_config` describes the model a checkpoint saved with `saved` holds."""
   for key, value in saved["model"].items():
@@ -176,13 +184,13 @@ def check_newest_model(workdir, model_config) -> None:
     mngr, step = _open(workdir, base_config().checkpoint)
   except FileNotFoundError:
     return
-  check_model(saved_config(mngr, step), model_config, step)
+  check_model(_config_or_data_error(mngr, step), model_config, step)
 
 
 def read_config(workdir, step=None):
   """(config, step): the config checkpoint `step` (default: the newest) was saved with."""
   mngr, step = _open(workdir, base_config().checkpoint, step)
-  return from_saved(saved_config(mngr, step)), step
+  return from_saved(_config_or_data_error(mngr, step)), step
 
 
 def restore_params(config, workdir, step=None):
@@ -192,11 +200,16 @@ def restore_params(config, workdir, step=None):
   abstract = train_state.abstract(config)
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   target = _with_shardings(abstract, jax.tree.map(lambda _: device, abstract))
-  check_model(saved_config(mngr, step), config.model, step)
+  check_model(_config_or_data_error(mngr, step), config.model, step)
   try:
     state = _restore(mngr, step, target, None, None)
-  except Exception as e:  # a truncated or corrupted file: which one, in a line, and where else to look
-    older = sorted(s for s in mngr.all_steps() if s < step)
-    raise DataError(f"checkpoint {step} under {mngr.directory} does not restore ({why_not(e)})"
-                    + (f"; an older one: --step {older[-1]}" if older else "")) from None
+  except Exception as e:  # a truncated or corrupted file
+    raise _unreadable(mngr, step, "its state", e) from None
   return state["params"], step
+
+
+def _unreadable(mngr, step, what, error) -> DataError:
+  """Which checkpoint did not restore and why, in a line, and where else to look."""
+  older = sorted(s for s in mngr.all_steps() if s < step)
+  return DataError(f"checkpoint {step} under {mngr.directory}: {what} does not restore ({why_not(error)})"
+                   + (f"; an older one: --step {older[-1]}" if older else ""))
