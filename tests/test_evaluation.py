@@ -198,12 +198,14 @@ def test_eval_overrides_apply_to_the_checkpoint_config(run, tmp_path, capsys):
   assert err.count("\n") == 1 and "--config.no.such=1" in err, err
 
 
-@pytest.mark.parametrize("override", ["--config.eval.generate=-1", "--config.data.seq_len=1"])
-def test_a_bad_eval_generate_is_one_line(run, capsys, override):
-  workdir, _, _ = run  # seq_len 1: no half a sequence to prompt with
+@pytest.mark.parametrize("override,key", [("--config.eval.generate=-1", "eval.generate"),
+                                          ("--config.data.seq_len=1", "eval.generate"),
+                                          ("--config.train.eval_batches=100000", "train.eval_batches")])
+def test_a_bad_eval_config_is_one_line(run, capsys, override, key):
+  workdir, _, _ = run  # seq_len 1: no half a sequence to prompt with; more batches than the split holds
   assert main.main(["eval", "--workdir", str(workdir), override]) == 2
   err = capsys.readouterr().err
-  assert err.count("\n") == 1 and "eval.generate" in err, err
+  assert err.count("\n") == 1 and f"config error: {key}=" in err, err
 
 
 def test_eval_without_checkpoints_is_one_line(tmp_path, capsys):

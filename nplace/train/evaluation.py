@@ -13,7 +13,8 @@ One eval step call per evaluation, on all its batches: their continuations decod
 import jax
 import numpy as np
 
-from nplace.data import loader
+from nplace.data import loader, prepare
+from nplace.errors import ConfigError
 from nplace.train import checkpoint, scores, steps
 from nplace.train.summary import eval_fields
 
@@ -87,9 +88,20 @@ class Evaluator:
     return {prefix + name: value for name, value in out.items()}
 
 
+def check_eval_batches(config, meta) -> None:
+  """ConfigError unless the validation split (of the prepared data's `meta`) holds
+  `train.eval_batches` batches."""
+  windows = sum((n - 1) // config.data.seq_len for _, n in meta["shards"]["val"])
+  if config.train.eval_batches * config.train.batch_size > windows:
+    raise ConfigError("train.eval_batches", config.train.eval_batches,
+                      f"the validation split holds {windows // config.train.batch_size} batches of "
+                      f"{config.train.batch_size} (data.val_fraction={config.data.val_fraction} sets its size)")
+
+
 def evaluate_checkpoint(config, workdir, step=None) -> dict:
   """The summary-named eval numbers of a checkpoint, on one device; plus `step`, `rouge_text`
   and `gen_decoding`."""
+  check_eval_batches(config, prepare.read_meta(prepare.prepared_dir(config.data)))
   params, step = checkpoint.restore_params(config, workdir, step)
   evaluator = Evaluator(config, jax.jit(steps.make_eval_step(config)), lambda b: b,
                         config.train.batch_size, active=True)

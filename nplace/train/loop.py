@@ -117,10 +117,7 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
   cell = Cell(runs, devices)  # ConfigError on an uneven split, or runs that cannot share a program
   sharding.check_batch(cell.mesh.shape, config)
   meta = prepare.read_meta(prepare.prepared_dir(config.data))
-  val_windows = sum((n - 1) // config.data.seq_len for _, n in meta["shards"]["val"])
-  if config.train.eval_batches * config.train.batch_size > val_windows:
-    raise ConfigError("train.eval_batches", config.train.eval_batches,
-                      f"the validation split holds {val_windows // config.train.batch_size} batches")
+  evaluation.check_eval_batches(config, meta)
   tokens = config.train.batch_size * config.data.seq_len
   labels = labels_of(run.name for run in runs)  # in a sweep: its trials' short labels
   every = lines_every(config.train.log_every, config.train.steps) if labels else 1
