@@ -250,6 +250,9 @@ def bad_inputs(tmp_path):
   (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\nnot json\n')
   (tmp_path / "nofield.jsonl").write_text('{"body": "x"}\n')
   (tmp_path / "doc.pdf").write_text("x")
+  (tmp_path / "notgzip.jsonl.gz").write_text('{"text": "ok"}\n')
+  whole = gzip.compress("".join(f'{{"text": "line {i}"}}\n' for i in range(1000)).encode())
+  (tmp_path / "cut.jsonl.gz").write_bytes(whole[:len(whole) // 2])
   tiny = "experiments/tiny.py"
   return [
       (["--source", f"text:{tmp_path}/empty.txt"], "empty.txt: empty file (0 bytes)"),
@@ -260,6 +263,8 @@ def bad_inputs(tmp_path):
       (["--source", f"text:{tmp_path}/short.txt"], "5 tokens, 4 train / 1 val"),
       (["--source", f"text:{tmp_path}/bad.jsonl"], "bad.jsonl:2: not a JSON line"),
       (["--source", f"text:{tmp_path}/nofield.jsonl"], "no string field 'text'"),
+      (["--source", f"text:{tmp_path}/notgzip.jsonl.gz"], "notgzip.jsonl.gz: does not decompress (BadGzipFile: "),
+      (["--source", f"text:{tmp_path}/cut.jsonl.gz"], "cut.jsonl.gz: does not decompress after line "),
       (["--source", "ftp:corpus"], "data.source='ftp:corpus'"),
       (["--source", "tfds:c4"], "expected tfds:NAME[/CONFIG]:SPLIT"),
       (["--source", "tfds:no_such_dataset:train"], "no TFDS dataset 'no_such_dataset'"),

@@ -9,6 +9,7 @@ import gzip
 import json
 import pathlib
 import re
+import zlib
 
 from nplace.errors import DataError
 
@@ -89,6 +90,12 @@ def text_documents(path: str, field: str, decode: Decoder, bar):
     if f.name.endswith(".txt"):
       yield from _txt_blocks(f, decode, bar)
       continue
+    yield from _jsonl_documents(f, field, decode, bar)
+
+
+def _jsonl_documents(f: pathlib.Path, field: str, decode: Decoder, bar):
+  number = 0
+  try:
     with (gzip.open if f.name.endswith(".gz") else open)(f, "rb") as lines:
       for number, line in enumerate(lines, 1):
         bar.update(len(line))  # bytes as stored (for .gz, uncompressed: an estimate)
@@ -102,6 +109,9 @@ def text_documents(path: str, field: str, decode: Decoder, bar):
           raise DataError(f"text:{f}:{number}: no string field {field!r} "
                           f"(set config.data.text_field)")
         yield record[field], True
+  except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # not gzip, or cut short
+    raise DataError(f"text:{f}: does not decompress{f' after line {number}' if number else ''} "
+                    f"({type(e).__name__}: {e})") from None
 
 
 def _txt_blocks(f: pathlib.Path, decode: Decoder, bar):
