@@ -66,6 +66,8 @@ def config_from_hf(hf: dict, where) -> tuple[ml_collections.ConfigDict, str]:
   """(config, the flags that give it) for HF GPT-2 config `hf`: experiments/gpt2.py's preset
   needing the fewest overrides, its model section set from `hf`. UsageError naming the key
   for what nplace cannot hold."""
+  if not isinstance(hf, dict):
+    raise UsageError(f"{where}: holds a JSON {type(hf).__name__}, not an object of GPT-2's keys")
   if hf.get("model_type") != "gpt2":
     raise UsageError(f"{where}: model_type={hf.get('model_type')!r}: only GPT-2 ('gpt2') converts")
   keys = ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd", "layer_norm_epsilon",
@@ -84,7 +86,10 @@ def config_from_hf(hf: dict, where) -> tuple[ml_collections.ConfigDict, str]:
   candidates = []
   for size in GPT2_SIZES:
     config = experiment("gpt2", size)
-    config.model.update(values)
+    try:
+      config.model.update(values)
+    except TypeError as e:  # a value of another type than the key's: ConfigDict names the field
+      raise UsageError(f"{where}: {e}") from None
     config.data.seq_len = min(config.data.seq_len, config.model.max_len)
     candidates.append((config, config_flags(config, size)))
   config, line = min(candidates, key=lambda c: len(c[1].split()))

@@ -176,6 +176,8 @@ def edit_tensors(change):
     (edit_config(activation_function="relu"), "activation_function='relu'"),
     (edit_config(n_embd=None), "'n_embd'"),
     (edit_config(tie_word_embeddings=False), "tie_word_embeddings"),
+    (edit_config(n_head="four"), "Could not override field 'n_head'"),
+    (lambda d: (d / "config.json").write_text("[1, 2]"), "config.json: holds a JSON list, not an object"),
     (edit_tensors(lambda t: t.pop("transformer.h.1.mlp.c_fc.bias")), "'h.1.mlp.c_fc.bias'"),
     (edit_tensors(lambda t: t.update({"transformer.h.0.attn.c_attn.weight": np.zeros((32, 32), np.float32)})),
      "'transformer.h.0.attn.c_attn.weight' has shape (32, 32), config.json implies (32, 96)"),
