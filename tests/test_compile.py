@@ -92,6 +92,20 @@ def test_unknown_topology_is_a_usage_error(tmp_path):
   assert done.returncode == 2 and "unknown topology 'v5litepod-12'" in done.stderr
 
 
+@pytest.mark.parametrize("name", ["v5e:3x3", "v5e:0x4", "v5e:64x64", "v5e:4x4x4", "v4:2x2"])
+def test_a_libtpu_name_of_no_slice_is_refused_before_libtpu_sees_it(name):
+  """libtpu raised on some of these and aborted the process on others (v5e:64x64)."""
+  with pytest.raises(ValueError, match=f"topology '{name}': not a {name.partition(':')[0]} slice; its shapes are "):
+    chips.resolve(name)
+
+
+@needs_libtpu
+@pytest.mark.parametrize("name", ["v5litepod-1", "v6e-1"])
+def test_a_one_chip_slice_is_one_host_of_one_chip(name):
+  """libtpu's default host is 2x2 chips, which a one-chip slice does not divide into."""
+  assert len(chips.resolve(name).devices()) == 1
+
+
 @pytest.mark.parametrize("name,want", [("v4-8", ("v4:2x2x1", 4)), ("v5p-8", ("v5p:2x2x1", 4)),
                                        ("v5litepod-16", ("v5e:4x4", 16)), ("v5e-64", ("v5e:8x8", 64)),
                                        ("v6e-4", ("v6e:2x2", 4)), ("v4:2x2x4", ("v4:2x2x4", 16))])

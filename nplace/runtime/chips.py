@@ -65,6 +65,9 @@ class Topology:
     """The slice's abstract devices (one per chip): needs libtpu, no TPU (libtpu's complaints
     about the TPU it cannot find are dropped)."""
     kwargs = {"chip_config_name": self.chip.chip_config} if self.chip.chip_config else {}
+    if self.chips < 4:  # a slice smaller than libtpu's default 2x2 host (v5e-1) is one host of its shape
+      shape = [int(s) for s in self.name.partition(":")[2].split("x")]
+      kwargs["chips_per_host_bounds"] = (shape + [1, 1])[:3]
     with stderr_filter.dropping(stderr_filter.LIBTPU_WITHOUT_TPU):
       return list(topologies.get_topology_desc(platform="tpu", topology_name=self.name, **kwargs).devices)
 
@@ -78,7 +81,11 @@ def resolve(name: str) -> Topology:
   """A Topology from a libtpu or Cloud name; ValueError (one line) when unknown."""
   libtpu = re.fullmatch(r"(v\w+):(\d+(?:x\d+)+)", name)
   if libtpu and libtpu[1] in CHIPS:
-    return Topology(CHIPS[libtpu[1]], name, math.prod(int(s) for s in libtpu[2].split("x")))
+    chip, shape = CHIPS[libtpu[1]], tuple(int(s) for s in libtpu[2].split("x"))
+    if shape not in chip.shapes.values():  # libtpu lays out only whole hosts, and aborts on some shapes
+      raise ValueError(f"topology {name!r}: not a {chip.generation} slice; its shapes are "
+                       f"{', '.join('x'.join(map(str, s)) for s in chip.shapes.values())}")
+    return Topology(chip, name, math.prod(shape))
   cloud = re.fullmatch(r"(v\w+)-(\d+)", name)
   if cloud:
     prefix = CLOUD_ALIASES.get(cloud[1], cloud[1])
