@@ -10,7 +10,7 @@ LIBTPU_START = [
     "WARNING: Logging before InitGoogle() is written to STDERR",
     "E0000 00:00:1796521637.756270   30428 common_lib.cc:554] INVALID_ARGUMENT: Error: unexpected worker "
     "hostname 'WARNING: could not determine TPU worker hostnames or IP addresses' from env var TPU_WORKER_HOSTNAMES.",
-    "=== Source Location Trace: ===",
+    "=== Source Location Trace: === ",  # with its trailing space
     "learning/45eac/tfrc/runtime/libtpu_init_utils.cc:327",
 ]
 

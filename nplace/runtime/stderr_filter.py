@@ -9,7 +9,7 @@ import threading
 
 # libtpu's start on a machine without a TPU: the environment it looks for is absent
 LIBTPU_WITHOUT_TPU = re.compile(r"could not determine TPU|Logging before InitGoogle\(\)|"
-                                r"^=== Source Location Trace: ===$|^[\w/.-]+\.cc:\d+$")
+                                r"^=== Source Location Trace: ===\s*$|^[\w/.-]+\.cc:\d+$")
 
 
 @contextlib.contextmanager
