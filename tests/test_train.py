@@ -211,6 +211,19 @@ def test_sigterm_saves_reports_preempted_and_resumes(tmp_path, reference, env):
 
 
 @pytest.mark.slow
+def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path, reference, env):
+  proc = start(tmp_path, "--config.train.steps=40", "--config.checkpoint.every=10", env=env)
+  wait_for_checkpoint(tmp_path, 10, proc)
+  proc.send_signal(signal.SIGINT)
+  out, _ = proc.communicate(timeout=60)
+  assert proc.returncode == 128 + signal.SIGINT and "Traceback" not in out, out
+  assert out.endswith("nplace train: interrupted; rerun the same command to resume from the last checkpoint\n"), out
+  assert "resumed from step" in run(tmp_path, "--config.train.steps=40", "--config.checkpoint.every=10", env=env)
+  resumed, uninterrupted = scalars(tmp_path, "train/loss"), scalars(reference, "train/loss")
+  assert [resumed[s] for s in range(1, 41)] == [uninterrupted[s] for s in range(1, 41)]
+
+
+@pytest.mark.slow
 def test_a_truncated_checkpoint_file_is_one_line_naming_it_and_train_falls_back(tmp_path, reference, env, capsys):
   workdir = tmp_path / "run"
   shutil.copytree(reference, workdir)

@@ -36,6 +36,9 @@ def overview() -> str:
   return "\n".join(lines)
 
 
+TRAINING = ("train", "sweep", "demo")  # the commands a rerun resumes
+
+
 def main(argv=None):
   if argv is None:  # the console script owns its process: a native crash prints every thread's Python stack
     faulthandler.enable()
@@ -59,6 +62,10 @@ def main(argv=None):
   except (UsageError, ConfigError, DataError) as e:
     print(f"nplace {name}: {e}", file=sys.stderr)
     return 2
+  except KeyboardInterrupt:  # Ctrl-C: one line; what was saved stays
+    resume = "; rerun the same command to resume from the last checkpoint" if name in TRAINING else ""
+    print(f"\nnplace {name}: interrupted{resume}", file=sys.stderr)
+    return 128 + signal.SIGINT
   except BrokenPipeError:  # the reader left early (`nplace sweep --list | head`): stop quietly, as Unix tools do
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left in the buffer goes nowhere
     return 128 + signal.SIGPIPE
