@@ -309,3 +309,26 @@ def test_bad_training_config_is_one_line_before_compiling(tmp_path, capsys, over
 def test_train_needs_a_workdir(capsys):
   from nplace.commands import main
   assert main.main(["train", *SMALL]) == 2 and "--workdir" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_run_whose_corpus_changed_is_not_resumed_on_the_new_tokens(tmp_path, capsys):
+  """A resume reads the corpus anew: a file changed under a stopped run trained it on other
+  data, unannounced (its frequency loss moved mid-run)."""
+  from nplace.commands import main
+  corpus, rng = tmp_path / "corpus.txt", np.random.default_rng(0)
+  corpus.write_text("".join(rng.choice(list("abcdefgh \n"), 20000)))
+  argv = ["train", "--workdir", str(tmp_path / "run"), *SMALL, f"--config.data.source=text:{corpus}",
+          "--config.data.tokenizer=byte", "--config.model.vocab_size=257", f"--config.data.cache_dir={tmp_path}",
+          "--config.data.val_fraction=0.1", "--config.checkpoint.every=2"]
+  assert main.main([*argv, "--config.train.steps=2"]) == 0
+  recorded = json.loads((tmp_path / "run" / "data.json").read_text())
+  kept = corpus.read_text()
+  corpus.write_text(kept[::-1])  # the same bytes, in another order
+  capsys.readouterr()
+  assert main.main([*argv, "--config.train.steps=4", "--extend"]) == 2
+  assert capsys.readouterr().err.startswith(f"nplace train: {tmp_path / 'run'} was trained on other tokens of "
+                                            f"text:{corpus} (sha256 {recorded['tokens_sha256'][:12]}..., now ")
+  corpus.write_text(kept)
+  assert main.main([*argv, "--config.train.steps=4", "--extend"]) == 0
+  assert json.loads((tmp_path / "run" / "summary.json").read_text())["step"] == 4

@@ -160,11 +160,13 @@ def _alive(pid: int) -> bool:
 
 
 class ShardWriter:
-  """Appends token ids to `PREFIX_NNNNN.bin` files, counting unigrams."""
+  """Appends token ids to `PREFIX_NNNNN.bin` files, counting unigrams and hashing the bytes
+  (`sha256`: what the stream holds, whatever its source files' names and times)."""
 
   def __init__(self, directory, prefix, dtype, vocab):
     self.directory, self.prefix, self.dtype = directory, prefix, dtype
     self.counts_V = np.zeros(vocab, np.int64)
+    self.sha256 = hashlib.sha256()
     self.shards = []  # [name, tokens]
     self._buffer, self._buffered = [], 0
 
@@ -182,6 +184,7 @@ class ShardWriter:
     ids = np.concatenate(self._buffer or [np.zeros(0, self.dtype)]).astype(self.dtype)
     self._buffer, self._buffered = [], 0
     self.counts_V += np.bincount(ids, minlength=len(self.counts_V))
+    self.sha256.update(ids.tobytes())
     while len(ids):
       if not self.shards or self.shards[-1][1] == SHARD_TOKENS:
         self.shards.append([f"{self.prefix}_{len(self.shards):05d}.bin", 0])
@@ -256,7 +259,7 @@ def _tokenize(data, key, tmp: pathlib.Path, progress) -> dict:
     meta["replaced_bytes"] = decode.replaced
   bar.close()
   val = writer.split_tail(round(writer.total * data.val_fraction))
-  meta.update(tokens={"train": writer.total, "val": val.total},
+  meta.update(tokens={"train": writer.total, "val": val.total}, tokens_sha256=writer.sha256.hexdigest(),
               shards={"train": writer.shards, "val": val.shards})
   check_windows(meta, data.seq_len, data.source)
   meta.update(frequency_loss=frequency_loss(writer.counts_V, val.counts_V),

@@ -7,6 +7,7 @@ SIGTERM and at the end, eval and probes are periodic hooks (nplace/train/hooks.p
 resumes from its workdir's newest good checkpoint (a cell from its runs' newest common one).
 A run of a cell that diverges stops alone; the others train on.
 """
+import json
 import signal
 
 import jax
@@ -93,6 +94,23 @@ def _check_steps(run, extend: bool) -> None:
                       "or use another directory")
 
 
+DATA_RECORD = "data.json"  # in a workdir: the tokens its run trains on
+
+
+def _check_data(run, meta: dict, is_main: bool) -> None:
+  """DataError (one line) when the run's checkpoints were trained on other tokens than `meta`'s
+  (a corpus file was changed under a stopped run: its resume would train on other data);
+  else records them, in the workdir's data.json."""
+  path, now = run.workdir / DATA_RECORD, {"source": meta["source"], "tokens_sha256": meta.get("tokens_sha256")}
+  then = json.loads(path.read_text()) if run.mngr.latest_step() is not None and path.exists() else {}
+  if None not in (then.get("tokens_sha256"), now["tokens_sha256"]) and then["tokens_sha256"] != now["tokens_sha256"]:
+    raise DataError(f"{run.workdir} was trained on other tokens of {then['source']} (sha256 "
+                    f"{then['tokens_sha256'][:12]}..., now {now['tokens_sha256'][:12]}...; see {path}): its data "
+                    "changed since; put the data back, or train in another directory")
+  if is_main and then != now and (now["tokens_sha256"] or not then):  # data prepared before hashing: kept
+    workdirs.write_atomic(path, json.dumps(now) + "\n")
+
+
 def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summary]:
   """Trains (or resumes) the runs named in `configs` (name -> config; 2 or more: one program
   over their stacked states, see nplace/train/cell.py) each in its workdir `run_dirs[name]`;
@@ -127,6 +145,7 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
   try:
     for run in runs:
       _check_steps(run, extend)
+      _check_data(run, meta, is_main)
     _run(cell, meta, progress, is_main)
   finally:  # also after an error: no save is left writing (nplace sweep goes on to the next trial)
     for run in runs:
