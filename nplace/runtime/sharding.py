@@ -30,7 +30,9 @@ def mesh_shape(mesh_config, n_devices: int) -> tuple[int, ...]:
       raise ConfigError("mesh", dict(zip(AXES, sizes)), f"fixed axes ({fixed}) do not divide the {n_devices} devices")
     sizes[sizes.index(-1)] = n_devices // fixed
   if math.prod(sizes) != n_devices:
-    raise ConfigError("mesh", dict(zip(AXES, sizes)), f"product {math.prod(sizes)} != {n_devices} devices")
+    raise ConfigError("mesh", dict(zip(AXES, sizes)), f"its axes multiply to {math.prod(sizes)}, but the run has "
+                      f"{n_devices} device{'s' * (n_devices != 1)} (-1 fills an axis; on a CPU, train.cpu_devices "
+                      "sets how many)")
   return tuple(sizes)
 
 
