@@ -93,6 +93,8 @@ def test_info_lists_placements_and_options(capsys):
     (["info"], "--config"),
     (["info", "--config", "no/such/file.py"], "no/such/file.py"),
     (["info", "--config", f"{GPT2}:999m"], "999m"),
+    (["info", "--config", ":pre"], "--config ':pre': names no file"),
+    (["info", "--config="], "--config '': names no file"),
     (["info", "--config", f"{GPT2}:124m", "stray"], "stray"),
     (["bogus-command"], "usage"),
 ])

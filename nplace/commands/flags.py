@@ -165,6 +165,8 @@ def _installed_configs(argv):
 
 
 def _existing_config(spec: str) -> str:
+  if not spec.partition(":")[0]:
+    raise UsageError(f"--config {spec!r}: names no file (FILE[:ARG], e.g. experiments/tiny.py:peri)")
   found = experiment_path(spec)
   file = found.partition(":")[0]
   if not pathlib.Path(file).exists():
