@@ -10,6 +10,7 @@ from absl import flags
 
 from nplace.commands.flags import Command
 from nplace.config import experiment, validate
+from nplace.errors import ConfigError, UsageError
 from nplace.studies.report import build
 from nplace.train.loop import train
 
@@ -42,7 +43,13 @@ def run(logdir: pathlib.Path, steps: int) -> dict:
     validate(config)
     print(f"== {name}: tiny.py:{variant} placement={config.model.placement} "
           f"embed_norm={config.model.embed_norm} dt={dt}", flush=True)
-    summaries[name] = train(config, logdir / name)
+    try:
+      summaries[name] = train(config, logdir / name)
+    except ConfigError as e:  # train's advice (`nplace train --extend`) is not the demo's
+      if e.key != "train.steps":
+        raise
+      raise UsageError(f"--logdir {logdir}: holds demo runs of another --steps than {steps}: remove it, "
+                       "or give another --logdir") from None
   return summaries
 
 
