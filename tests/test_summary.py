@@ -20,6 +20,12 @@ def test_a_summary_round_trips_through_its_file(tmp_path):
     (lambda d: d | {"val_los": 2.0}, "unknown summary field 'val_los'"),
     (lambda d: {k: v for k, v in d.items() if k != "max_loss_rebound"}, "'max_loss_rebound' is missing"),
     (lambda d: [d], "a JSON object"),
+    (lambda d: d | {"val_loss": "abc"}, "summary field val_loss='abc' is not float or NoneType"),
+    (lambda d: d | {"step": 2.5}, "summary field step=2.5 is not int"),
+    (lambda d: d | {"loss_spikes": True}, "summary field loss_spikes=True is not int"),
+    (lambda d: d | {"collapsed": 1}, "summary field collapsed=1 is not bool or NoneType"),
+    (lambda d: d | {"status": "bogus"}, "status 'bogus' at step 0: expected completed | diverged | preempted"),
+    (lambda d: d | {"step": -5}, "status 'completed' at step -5"),
 ])
 def test_a_file_off_the_schema_is_one_line_naming_it(tmp_path, change, needle):
   path = tmp_path / "summary.json"

@@ -7,10 +7,22 @@ which reads as its default where absent.
 """
 import dataclasses
 import json
+import typing
 
 import numpy as np
 
 COLLAPSE_MARGIN = 0.05  # nats: study B's "sits at the frequency loss" (docs/science.md)
+
+
+STATUSES = ("completed", "diverged", "preempted")
+
+
+def _of_type(value, hint) -> bool:
+  """JSON's value `value` is of the field type `hint` (an int is a float; a bool is no number)."""
+  kinds = typing.get_args(hint) or (hint,)
+  if value is None or isinstance(value, bool):
+    return type(value) in kinds
+  return isinstance(value, tuple(kinds)) or (float in kinds and isinstance(value, int))
 
 
 class SummaryError(ValueError):
@@ -89,9 +101,16 @@ class Summary:
     for name in record:
       if name not in {f.name for f in fields}:
         raise SummaryError(f"{where}: unknown summary field {name!r}")
+    hints = typing.get_type_hints(cls)
     for f in fields:
       if f.name not in record and not f.metadata["since"]:
         raise SummaryError(f"{where}: summary field {f.name!r} is missing")
+      if f.name in record and not _of_type(record[f.name], hints[f.name]):
+        raise SummaryError(f"{where}: summary field {f.name}={record[f.name]!r} is not "
+                           f"{' or '.join(t.__name__ for t in typing.get_args(hints[f.name]) or [hints[f.name]])}")
+    if record.get("status", "completed") not in STATUSES or record.get("step", 0) < 0:
+      raise SummaryError(f"{where}: status {record.get('status')!r} at step {record.get('step')}: expected "
+                         f"{' | '.join(STATUSES)} at a step >= 0")
     return cls(**record)
 
   @classmethod
