@@ -28,10 +28,15 @@ def test_plot_command_compares_a_run_and_a_probe_json(probe_run, tmp_path, capsy
     (["{run}", "--probe", "similarity", "--step", "7", "--out", "x.png"], "step 7"),
     (["{run}", "--probe", "similarity", "--out", "x.jpgg"], "--out x.jpgg: not an image file type"),
     (["{run}", "--probe", "similarity", "--out", "x"], "--out x: not an image file type"),
+    (["{json}/cut.json", "--probe", "rms", "--out", "x.png"], "cut.json: not a probe JSON file (Expecting"),
+    (["{json}/nostep.json", "--probe", "rms", "--out", "x.png"], "nostep.json: not a probe JSON file (no integer 'step'"),
+    (["{json}/words.json", "--probe", "rms", "--out", "x.png"], "words.json: probe 'rms' holds [1, 'x'], not numbers"),
 ])
 @pytest.mark.slow
-def test_plot_bad_input_is_one_line(probe_run, capsys, argv, needle):
-  argv = [a.format(run=probe_run) for a in argv]
+def test_plot_bad_input_is_one_line(probe_run, capsys, argv, needle, tmp_path):
+  for name, text in [("cut", '{"rms": [1, 2'), ("nostep", '{"rms": [1, 2]}'), ("words", '{"step": 3, "rms": [1, "x"]}')]:
+    (tmp_path / f"{name}.json").write_text(text)
+  argv = [a.format(run=probe_run, json=tmp_path) for a in argv]
   assert main.main(["plot", *argv]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and needle in err, err

@@ -46,12 +46,20 @@ def _from_events(path, name, step):
 
 def _from_json(path, name, step):
   """(label, x, y) of one `nplace probe --json` file."""
-  result = json.loads(path.read_text())
+  try:
+    result = json.loads(path.read_text())
+  except ValueError as e:
+    raise UsageError(f"{path}: not a probe JSON file ({e})") from None
+  if not isinstance(result, dict) or not isinstance(result.get("step"), int) or isinstance(result["step"], bool):
+    raise UsageError(f"{path}: not a probe JSON file (no integer 'step': nplace probe --json writes one)")
   if name not in result:
     raise UsageError(f"{path}: no probe {name!r}")
   if step is not None and result["step"] != step:
     raise UsageError(f"{path}: probed at step {result['step']}, not {step}")
-  values = np.asarray(result[name], np.float64)
+  try:
+    values = np.asarray(result[name], np.float64)
+  except (TypeError, ValueError):
+    raise UsageError(f"{path}: probe {name!r} holds {result[name]!r}, not numbers") from None
   kind = catalog.probe(name).kind
   x = [result["step"]] if kind == "single" else [catalog.position(l) for l in catalog.labels(kind, values.size)]
   return f"{path.stem} (step {result['step']})", x, values
