@@ -94,6 +94,7 @@ def test_info_lists_placements_and_options(capsys):
     (["info", "--config", "no/such/file.py"], "no/such/file.py"),
     (["info", "--config", f"{GPT2}:999m"], "999m"),
     (["info", "--config", ":pre"], "--config ':pre': names no file"),
+    (["info", "--config", f"{GPT2}:124m", "--keys", "--placements"], "--keys and --placements: give one"),
     (["info", "--config="], "--config '': names no file"),
     (["info", "--config", f"{GPT2}:124m", "stray"], "stray"),
     (["bogus-command"], "usage"),

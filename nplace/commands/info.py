@@ -8,6 +8,7 @@ from absl import flags
 
 from nplace.commands.flags import Command
 from nplace.config import keys
+from nplace.errors import UsageError
 from nplace.model.size import model_info, placements_info
 
 
@@ -24,6 +25,8 @@ COMMAND = Command("nplace info --config FILE[:ARG] [--keys | --placements] [--js
 
 def main(argv):
   fv, _ = COMMAND.parse(argv)
+  if fv.keys and fv.placements:
+    raise UsageError("--keys and --placements: give one")
   if fv.keys:
     rows = keys(fv.config)
     if fv.json:
