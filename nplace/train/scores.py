@@ -14,8 +14,9 @@ def perplexities(loss_B) -> dict:
   """`perplexity`: the mean over sequences of exp(mean token CE) (the papers' number);
   `perplexity_of_mean_loss`: exp of the mean loss. Jensen: the first is >= the second."""
   loss_B = np.asarray(loss_B, np.float64)
-  return {"perplexity": float(np.mean(np.exp(loss_B))),
-          "perplexity_of_mean_loss": float(np.exp(np.mean(loss_B)))}
+  with np.errstate(over="ignore"):  # a diverged model's loss past ~709 nats: its perplexity is inf, said without a warning
+    return {"perplexity": float(np.mean(np.exp(loss_B))),
+            "perplexity_of_mean_loss": float(np.exp(np.mean(loss_B)))}
 
 
 def text_decoder(data_config):
