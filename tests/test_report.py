@@ -217,6 +217,35 @@ def test_a_run_that_recovered_from_a_spike_learned_and_shows_the_spike(tmp_path,
   assert row["tok/s"] == "11,893"
 
 
+def test_a_folders_other_runs_are_named_and_a_report_replaces_only_its_own(tmp_path, capsys):
+  """A folder's unfinished runs and its sweeps left the table unsaid; `--out` replaced a user's
+  report.md and kept an earlier report's figures beside the new ones."""
+  folder, out = tmp_path / "runs", tmp_path / "out"
+  for name in ("done", "stopped"):
+    writer = tensorboardX.SummaryWriter(str(folder / name))
+    writer.add_scalar("train/loss", 3.0, 1)
+    writer.close()
+  (folder / "done" / "summary.json").write_text(Summary(step=1, val_loss=3.0).to_json())
+  (folder / "grid").mkdir()
+  (folder / "grid" / "sweep.json").write_text('{"config": null, "trials": []}')
+  (folder / "empty").mkdir()
+  (out / "figures").mkdir(parents=True)
+  (out / "figures" / "9_runs_train_loss.png").write_bytes(b"an earlier report's")
+  assert report(folder, "--out", out, capsys=capsys) == (f"report: {out / 'report.md'}\n  left out {folder / 'grid'}: a sweep: name its "
+                                     f"directory\n  left out {folder / 'stopped'}: a run without summary.json: still "
+                                     "training, or stopped; rerun it to finish\n")
+  assert ("Not in this table: [grid](../runs/grid) (a sweep: name its directory); [stopped](../runs/stopped) (a run "
+          "without summary.json: still training, or stopped; rerun it to finish).") in (out / "report.md").read_text()
+  assert [p.name for p in (out / "figures").iterdir()] == ["0_runs_train_loss.png"]  # no eval/loss logged
+  (out / "report.md").write_text("my notes\n")
+  for argv in ([folder, "--out", out], [folder, f"{folder}/", "--out", tmp_path / "other"]):
+    assert main.main(["report", *map(str, argv)]) == 2
+  assert capsys.readouterr().err == (f"nplace report: {out}: holds a report.md that nplace report did not write; "
+                                     f"refusing to replace it\nnplace report: '{folder}' and '{folder}/': the same "
+                                     "directory, named twice\n")
+  assert (out / "report.md").read_text() == "my notes\n"
+
+
 @pytest.mark.parametrize("args", [("missing", "--out", "o"), ("empty", "--out", "o"), ("torn", "--out", "o"),
                                   ("empty",), ("--out", "o")])
 def test_bad_input_is_one_line_exit_2(args, tmp_path, capsys, monkeypatch):

@@ -69,5 +69,5 @@ def main(argv=()):
   print(table(run(logdir, fv.steps)))
   # "peri" alone would read as the block, which without this norm learns slowly at GPT-2's init
   print(PERI)
-  print(f"\nreport: {build.write([logdir], logdir / 'report')}")
+  print(f"\nreport: {build.write([logdir], logdir / 'report')[0]}")
   print(f"curves: tensorboard --logdir {logdir}")

@@ -11,6 +11,8 @@ is refused; one filed before with other results is replaced only with --replace.
 changes only once every sweep is filed and the whole page is built: a failure leaves it as it
 was."""
 
+import os
+
 from absl import flags
 from etils import epath
 
@@ -69,9 +71,13 @@ def _filed_line(d, filing) -> str:
 
 def main(argv):
   fv, dirs = COMMAND.parse(argv)
+  seen = {}
   for d in dirs:
     if not epath.Path(d).is_dir():
       raise UsageError(f"no such directory {d!r}")
+    same = seen.setdefault(str(d).rstrip("/") if "://" in str(d) else os.path.realpath(d), d)
+    if same is not d:
+      raise UsageError(f"{same!r} and {d!r}: the same directory, named twice")
   if fv.results:
     if fv.out:
       raise UsageError("--out and --results: give one")
@@ -88,7 +94,9 @@ def main(argv):
   if not fv.out:
     raise UsageError("--out is required")
   try:
-    path = build.write(dirs, fv.out)
+    path, left_out = build.write(dirs, fv.out)
   except runs.RunsError as e:
     raise UsageError(str(e)) from None
   print(f"report: {path}")
+  for directory, why in left_out.items():
+    print(f"  left out {directory}: {why}")

@@ -37,6 +37,7 @@ class Source:
   study: str  # stability | collapse | growth | runs (anything else)
   config: str | None  # sweep.json's `config` (experiments/NAME.py:ARG)
   runs: list[Run]
+  left_out: dict[str, str] = dataclasses.field(default_factory=dict)  # a folder's other runs and sweeps -> why
 
 
 class RunsError(ValueError):
@@ -60,12 +61,23 @@ def load(path) -> Source:
       raise RunsError(f"{path / 'sweep.json'}: a trial lacks {e}") from None
     return Source(path, study_of(sweep.get("config")), sweep.get("config"), runs)
   if (path / "summary.json").is_file():
-    dirs = [path]
+    dirs, left_out = [path], {}
   else:
-    dirs = sorted(d for d in path.iterdir() if (d / "summary.json").is_file()) if path.is_dir() else []
+    children = sorted(d for d in path.iterdir() if d.is_dir()) if path.is_dir() else []
+    dirs = [d for d in children if (d / "summary.json").is_file()]
+    left_out = {d.name: why for d in children if d not in dirs and (why := _not_a_finished_run(d))}
   if not dirs:
     raise RunsError(f"{path}: no sweep.json, summary.json or run directories with a summary.json")
-  return Source(path, "runs", None, [_plain(d) for d in dirs])
+  return Source(path, "runs", None, [_plain(d) for d in dirs], left_out)
+
+
+def _not_a_finished_run(directory: epath.Path) -> str | None:
+  """Why a folder's subdirectory that holds a sweep or a run is not among its finished runs."""
+  if (directory / "sweep.json").is_file():
+    return "a sweep: name its directory"
+  if (directory / "checkpoints").is_dir() or events.event_files(directory):
+    return "a run without summary.json: still training, or stopped; rerun it to finish"
+  return None
 
 
 def _trial(root: epath.Path, trial: dict) -> Run:

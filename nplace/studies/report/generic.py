@@ -50,5 +50,7 @@ def loss_curves(page, runs, key: str, tag: str = "train/loss") -> str:
 
 
 def section(page, source, key: str) -> str:
-  return "\n\n".join([run_table(page, source.runs), loss_curves(page, source.runs, key),
+  left_out = ["Not in this table: " + "; ".join(f"{page.link(name, source.path / name)} ({why})"
+                                               for name, why in source.left_out.items()) + "."] if source.left_out else []
+  return "\n\n".join([run_table(page, source.runs), *left_out, loss_curves(page, source.runs, key),
                       loss_curves(page, source.runs, key, "eval/loss"), markdown.commands(source.runs)])
