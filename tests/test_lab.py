@@ -217,6 +217,11 @@ def test_gradient_descents_edge_and_the_backward_stability_bound():
     (["--all", "--depth", "4"], "--depth: --all reads the filed grids at their own depth"),
     (["--all", "--results", "/nonexistent"], "neither ladder_cpu/ nor stability_placements/ is filed there"),
     (["--all", "--width", "0"], "flag --width=0: 0 is not a positive integer"),  # was a math domain error
+    # each was dropped unsaid: the lab sets these itself, and --all reads what the grids trained
+    (["pre", "--config.model.placement=peri"], "--config.model.placement=peri: the lab sets model.placement"),
+    (["pre", "--config.model.n_layer=3"], "--config.model.n_layer=3: the lab sets model.n_layer (--depth)"),
+    (["pre", "--results", "results"], "--results: only --all reads the filed grids"),
+    (["--all", "--config.model.n_layer=3"], "--config.model.n_layer=3: --all reads the filed grids"),
 ])
 def test_bad_input_is_one_line_before_any_compile(capsys, monkeypatch, argv, needle):
   monkeypatch.setattr(lab, "measure_all", lambda configs: pytest.fail("measured despite bad input"))

@@ -63,23 +63,34 @@ def _measure_each(configs: dict, depth: int, width: int) -> dict:
   return cards
 
 
+LAB_SETS = {"model.placement": "PLACEMENT", "model.n_layer": "--depth", "model.d_model": "--width"}
+
+
 def main(argv):
   full = _with_default_config(argv)
   fv, args = COMMAND.parse(full)
   if len(args) > 1:
     raise UsageError(f"unexpected argument {args[1]!r}")
   placement = args[0] if args else None
+  overrides = [a for a in argv if a.startswith("--config.")]
   if fv.all:
     if placement is not None:
       raise UsageError("--all takes no PLACEMENT: it reads what the filed grids measured")
     if fv["depth"].present:
       raise UsageError("--depth: --all reads the filed grids at their own depth")
+    if names_config(argv) or overrides:
+      raise UsageError(f"{(overrides or ['--config'])[0]}: --all reads the filed grids, which trained their own")
     text, out = measured.report(fv.results, fv.width if fv["width"].present else None)
     print(text)
   else:
     if placement not in PLACEMENTS:
       raise UsageError(f"placement {placement!r}: expected one of {', '.join(PLACEMENTS)}"
                        if placement else "name a PLACEMENT or --all")
+    if fv["results"].present:
+      raise UsageError("--results: only --all reads the filed grids")
+    for override in overrides:
+      if (key := override.removeprefix("--config.").partition("=")[0]) in LAB_SETS:
+        raise UsageError(f"{override}: the lab sets {key} ({LAB_SETS[key]})")
     configs = {n: measure.lab_config(fv.config, fv.depth, fv.width, [("placement", n)])
                for n in dict.fromkeys((placement, *measure.BASELINES))}
     cards = _measure_each(configs, fv.depth, fv.width)
