@@ -349,10 +349,10 @@ def _declared_keys(config) -> None:
   held = flatten(config.to_dict())
   types_of = {f"{name}.{field}": hint for name, section in SECTIONS.items()
               for field, hint in typing.get_type_hints(section).items()} | {k: int for k in TOP_KEYS}
-  for key in sorted(held.keys() - types_of.keys()):
-    raise ConfigError(key, held[key], "no such config key (nplace info --config FILE --keys lists them)")
-  for key in sorted(types_of.keys() - held.keys()):
-    raise ConfigError(key, NOT_SET, "missing: a config starts from nplace.config.base_config()")
+  if unknown := sorted(held.keys() - types_of.keys()):
+    raise ConfigError(unknown[0], held[unknown[0]], "no such config key (nplace info --config FILE --keys lists them)")
+  if missing := sorted(types_of.keys() - held.keys()):
+    raise ConfigError(missing[0], NOT_SET, "missing: a config starts from nplace.config.base_config()")
   for key, hint in types_of.items():
     numeric = {int, float} & {hint, *typing.get_args(hint)}
     if numeric and isinstance(held[key], bool):

@@ -4,8 +4,8 @@ A prepared directory holds `train_NNNNN.bin` and `val_NNNNN.bin` (raw uint16 or
 uint32 token ids, documents separated by EOS, at most SHARD_TOKENS each) and
 `meta.json`, written last. The validation split is the last `val_fraction` of the
 token stream. The directory is built under a temporary name and renamed into place,
-so a killed run never leaves a directory that looks finished; one that lacks a valid
-meta.json (or whose shards do not match it) is prepared again.
+so a killed run never leaves a directory that looks finished; one whose shards do not match
+its meta.json is prepared again, and shards without a valid meta.json are not nplace's: refused.
 """
 import hashlib
 import itertools
