@@ -19,8 +19,8 @@ TITLE = "# nplace report"
 def write(dirs, out) -> tuple[pathlib.Path, dict]:
   """Writes OUT/report.md and OUT/figures/*.png (an earlier report's other figures removed);
   returns the report's path and the runs and sweeps of the folders it left out (path -> why).
-  Raises runs.RunsError when a directory holds no runs or unreadable
-  JSON, or OUT a report.md this did not write."""
+  Raises runs.RunsError when a directory holds no runs or unreadable JSON, or OUT a report.md
+  this did not write."""
   previous = pathlib.Path(out) / "report.md"
   if previous.is_file() and not previous.read_text(errors="replace").startswith(TITLE):
     raise runs_lib.RunsError(f"{out}: holds a report.md that nplace report did not write; refusing to replace it")
