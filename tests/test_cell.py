@@ -3,6 +3,7 @@ every key a cell may vary trains and evaluates each trial as it does alone; a di
 trial stays a run of its own (eval, probe, report); which trials share a cell."""
 import json
 import math
+import os
 import pathlib
 import re
 import shlex
@@ -185,6 +186,17 @@ def test_a_diverging_trial_stops_alone_while_the_others_train_on(experiment, tmp
     assert s.status == "completed" and s.step == 20 and s.skipped_steps == 0 and math.isfinite(s.val_loss), name
     steps_logged, losses = scalars(tmp_path / name, "train/loss")
     assert steps_logged.tolist() == list(range(1, 21)) and np.isfinite(losses).all()
+  if mode == "stop":  # killed after the divergence, before the cell's end: the diverged trial's summary is kept
+    workdir, env = tmp_path / "killed", dict(os.environ, NPLACE_CACHE=str(tmp_path / "cache"))
+    argv = [NPLACE, "sweep", "--config", f"{experiment}:diverge", "--workdir", str(workdir), "--batch", "3",
+            "--config.checkpoint.keep=1"]  # step 1's checkpoint, its only one, dropped by its partners
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for(proc, workdir / "lr=0.002,seed=0" / "checkpoints" / "10")
+    proc.kill()
+    proc.wait()
+    assert Summary.read(workdir / "lr=1e+30,seed=0" / "summary.json").status == "diverged"
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "(2 completed, 1 diverged, 0 failed)" in done.stdout, done.stdout[-3000:]
 
 
 def pair(experiment, workdir):

@@ -43,7 +43,8 @@ def checkpoint_hook(hooks, cell, logs):
   checkpoint on disk means its step's eval and probes are too, so a run killed after it resumes
   there without losing them (a kill before it redoes them from the checkpoint before)."""
   def save(step, state):
-    if not cell.runs[0].mngr.should_save(step):
+    # each run's own manager: a run resumed past a step its partner had saved still saves it
+    if not any(run.mngr.should_save(step) for run in cell.runs if not run.diverged):
       return
     logs.flush()  # this step's metrics are in the counters (saving waits for the step anyway)
     for i, run in enumerate(cell.runs):

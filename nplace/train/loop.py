@@ -217,12 +217,16 @@ def _run(cell, meta, progress, is_main) -> None:
   try:
     if start == 0:
       loop.start(state)
-    last = start
+    last, stopped = start, set()
     for step in range(start + 1, config.train.steps + 1):
       with jax.profiler.StepTraceAnnotation("train", step_num=step):  # ~free unless tracing
         state, step_metrics = cell.step(state, cell.next_batch())
       last = step
       logs.push(step, step_metrics)
+      for run in cell.runs if is_main else ():
+        if run.diverged and run.name not in stopped:  # its summary, kept should the cell be stopped before its end
+          (run.workdir / "summary.json").write_text(run.summary.to_json())
+          stopped.add(run.name)
       if all(run.diverged for run in cell.runs):
         break
       loop.step(step, state)
