@@ -11,6 +11,7 @@ import dataclasses
 import importlib.util
 import math
 import pathlib
+import re
 import traceback
 import types
 import typing
@@ -460,3 +461,15 @@ def _validate_training(config) -> None:
       raise ConfigError(f"mesh.{axis}", size, "must be positive, or -1 to fill")
   if list(sizes.values()).count(-1) > 1:
     raise ConfigError("mesh", sizes, "at most one axis may be -1")
+  _validate_distributed(config.distributed)
+
+
+def _validate_distributed(d) -> None:
+  """What jax.distributed.initialize would refuse with a traceback, or wait on forever."""
+  if d.num_processes is not None:
+    _positive("distributed.num_processes", d.num_processes)
+  if d.process_id is not None and not 0 <= d.process_id < (d.num_processes or math.inf):
+    raise ConfigError("distributed.process_id", d.process_id,
+                      f"must be in [0, distributed.num_processes={d.num_processes})")
+  if d.coordinator_address is not None and not re.fullmatch(r"\S+:\d+", d.coordinator_address):
+    raise ConfigError("distributed.coordinator_address", d.coordinator_address, "must be HOST:PORT")

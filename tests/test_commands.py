@@ -63,9 +63,12 @@ def run_main(capsys, *argv):
     ("--config.optim.lr=inf", "optim.lr"),
     ("--config.optim.weight_decay=nan", "optim.weight_decay"),
     ("--config.model.dt=inf", "model.dt"),
+    ("--config.distributed.num_processes=0", "distributed.num_processes"),
+    ("--config.distributed.process_id=2 --config.distributed.num_processes=2", "distributed.process_id"),
+    ("--config.distributed.coordinator_address=nohostport", "distributed.coordinator_address"),
 ])
 def test_config_errors_are_one_line(capsys, override, key):
-  code, out, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", override)
+  code, out, err = run_main(capsys, "info", "--config", f"{GPT2}:124m", *override.split())
   assert code == 2 and out == ""
   assert err.count("\n") == 1 and key in err, err
 

@@ -13,6 +13,7 @@ import importlib.metadata
 import importlib.util
 import os
 import pkgutil
+import sys
 
 import jax
 
@@ -89,5 +90,8 @@ def prepare_process(config) -> None:
     return
   # CPU processes need a collectives backend; TPU and GPU ignore this setting.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  if d.num_processes:  # it waits until every process has joined, silently: say what for
+    print(f"waiting for {d.num_processes} processes at {d.coordinator_address or 'the auto-detected coordinator'} "
+          "(jax.distributed.initialize)", file=sys.stderr, flush=True)
   jax.distributed.initialize(coordinator_address=d.coordinator_address,
                              num_processes=d.num_processes, process_id=d.process_id)
