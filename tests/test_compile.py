@@ -116,11 +116,22 @@ def test_cloud_and_libtpu_names(name, want):
 
 
 @needs_libtpu
-def test_tensor_axis_may_split_a_torus_axis():
-  """tensor=2 on a v5e 4x4 takes half of one physical axis (jax refuses unless allowed)."""
-  code = ("from nplace.runtime import chips, sharding; from nplace.config import base_config\n"
-          "m = base_config().mesh; m.data, m.fsdp, m.tensor = 1, 8, 2\n"
-          "print(dict(sharding.make_mesh(m, chips.resolve('v5e:4x4').devices()).shape))")
-  env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
-  done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-  assert done.stdout.strip().splitlines()[-1] == "{'data': 1, 'fsdp': 8, 'tensor': 2}", done.stderr
+def test_tensor_axis_may_split_a_torus_axis_while_another_process_holds_libtpu():
+  """tensor=2 on a v5e 4x4 takes half of one physical axis (jax refuses unless allowed). Another
+  process holding libtpu (a pytest worker, a second compile) once aborted this one on libtpu's
+  lock file."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("ALLOW_MULTIPLE_LIBTPU_LOAD", None)
+  hold = ("import sys; from nplace.runtime import chips\n"
+          "chips.resolve('v5e:2x2').devices(); print('held', flush=True); sys.stdin.read()")
+  holder = subprocess.Popen([sys.executable, "-c", hold], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    code = ("from nplace.runtime import chips, sharding; from nplace.config import base_config\n"
+            "m = base_config().mesh; m.data, m.fsdp, m.tensor = 1, 8, 2\n"
+            "print(dict(sharding.make_mesh(m, chips.resolve('v5e:4x4').devices()).shape))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+  finally:
+    holder.communicate("", timeout=60)
+  assert done.stdout.strip().splitlines()[-1:] == ["{'data': 1, 'fsdp': 8, 'tensor': 2}"], done.stderr[-2000:]

@@ -6,7 +6,6 @@ measured), with the MFU where traffic between chips bounds it. It prints each st
 code 3, with one line naming what to change, when the run does not fit."""
 import functools
 import json
-import os
 import sys
 
 import jax
@@ -74,10 +73,8 @@ def main(argv):
     import libtpu  # noqa: F401  (optional: the `aot` extra; the abstract TPU devices come from it)
   except ImportError:
     raise UsageError("needs libtpu: pip install 'nplace[aot]'") from None
-  # Compiling needs no TPU: stay off any local one (a TPU VM may be training), and let several
-  # compiles load libtpu at once (it otherwise holds a machine-wide lock file).
+  # Compiling needs no TPU: stay off any local one (a TPU VM may be training).
   jax.config.update("jax_platforms", "cpu")
-  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   # the stages on stdout, as a run's progress, unless it holds the JSON answer
   say = functools.partial(stage, stream=sys.stderr if fv.json else None)
   try:

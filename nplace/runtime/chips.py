@@ -9,6 +9,7 @@ bandwidth.
 """
 import dataclasses
 import math
+import os
 import re
 
 from jax.experimental import topologies
@@ -68,6 +69,9 @@ class Topology:
     if self.chips < 4:  # a slice smaller than libtpu's default 2x2 host (v5e-1) is one host of its shape
       shape = [int(s) for s in self.name.partition(":")[2].split("x")]
       kwargs["chips_per_host_bounds"] = (shape + [1, 1])[:3]
+    # no TPU is touched, so several processes may load libtpu at once (it otherwise takes a
+    # machine-wide lock file: a second pytest worker or compile would abort)
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     with stderr_filter.dropping(stderr_filter.LIBTPU_WITHOUT_TPU):
       return list(topologies.get_topology_desc(platform="tpu", topology_name=self.name, **kwargs).devices)
 
