@@ -147,6 +147,22 @@ def test_a_rerun_that_would_change_a_finished_trial_is_refused_in_one_line(exper
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path.name)[2:])]) == 0 and len(ran) == 2
 
 
+def test_a_cell_whose_trials_hold_no_common_checkpoint_is_refused_before_anything_runs(experiment, tmp_path,
+                                                                                        capsys, monkeypatch):
+  """Started at --batch 1 and rerun at --batch 2, a cell failed once reached, exit 0, its
+  unstarted trial recorded failed with it."""
+  ran = []
+  monkeypatch.setattr("nplace.studies.sweep.run", lambda *args: ran.append(args))
+  (tmp_path / "seed=0" / "checkpoints" / "10").mkdir(parents=True)
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--batch", "2")[2:])]) == 2
+  assert capsys.readouterr().err == (
+      "nplace sweep: --batch 2: the trials of one cell hold checkpoints at no common step (newest: seed=0 at 10, "
+      "seed=1 at none), so they cannot resume together: rerun with the --batch they were started with, or "
+      "--batch 1 to resume each alone\n")
+  assert not ran
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--batch", "1")[2:])]) == 0 and ran
+
+
 def test_record_makes_trials_run_elsewhere_a_sweep_and_runs_nothing(experiment, tmp_path, capsys, monkeypatch):
   """launch/tpu.py sweep trains each trial on a slice of its own, which wrote no sweep.json:
   report refused to file the directory ("not a sweep")."""

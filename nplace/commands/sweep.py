@@ -26,6 +26,7 @@ from nplace.errors import ConfigError, UsageError
 from nplace.logs import progress
 from nplace.runtime import compile_cache
 from nplace.studies import grid, sweep
+from nplace.train import checkpoint
 from nplace.train.summary import SummaryError
 
 
@@ -112,6 +113,7 @@ def main(argv):
   if fv.record:
     print(f"{sweep.progress_line(record['trials'], [])}; record in {workdir / 'sweep.json'}")
     return
+  _check_cells_resume_together(workdir, trials, record, groups, fv.batch)
   running = [trials[i] for i in sorted(i for cell in groups for i in cell)]
   with compile_cache.persistent(workdir / compile_cache.DIRNAME), progress.labelled(_labels(running)):
     sweep.run(trials, workdir, record, groups)  # cells of one program compile it once
@@ -140,6 +142,21 @@ def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.Plan
       raise UsageError(f"--workdir {workdir}: trial {t.name} finished with {changed}={was.get(changed)!r}, and this "
                        f"command gives {now[changed]!r}: a finished trial is not rerun, and its record would then "
                        "describe it by this command; use another --workdir")
+
+
+def _check_cells_resume_together(workdir: epath.Path, trials: list[grid.PlannedTrial], record: dict,
+                                 groups: list[list[int]], batch: int) -> None:
+  """UsageError when a cell's unfinished trials hold checkpoints at no common step (they were
+  started at another --batch): a cell resumes from a step all its runs hold, and it would fail
+  only once reached, taking its unstarted trials with it."""
+  for cell in groups:
+    todo = [i for i in cell if record["trials"][i]["status"] not in sweep.FINISHED]
+    held = {trials[i].name: checkpoint.held_steps(workdir / trials[i].name) for i in todo}
+    if len(held) > 1 and any(held.values()) and not set.intersection(*held.values()):
+      newest = ", ".join(f"{name} at {max(steps) if steps else 'none'}" for name, steps in held.items())
+      raise UsageError(f"--batch {batch}: the trials of one cell hold checkpoints at no common step (newest: "
+                       f"{newest}), so they cannot resume together: rerun with the --batch they were started "
+                       "with, or --batch 1 to resume each alone")
 
 
 def _labels(trials: list[grid.PlannedTrial]) -> dict[str, str]:

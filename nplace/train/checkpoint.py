@@ -45,6 +45,12 @@ def manager(workdir, checkpoint_config) -> ocp.CheckpointManager:
                                handler_registry=registry)
 
 
+def held_steps(workdir) -> set[int]:
+  """The steps a run's finalized checkpoints hold, read without opening a manager."""
+  directory = workdirs.resolve(workdir) / "checkpoints"
+  return set(ocp.utils.checkpoint_steps(directory)) if directory.exists() else set()
+
+
 def save(mngr: ocp.CheckpointManager, step: int, state, data_iterator, config, force=False) -> bool:
   """Saves when `step` is on the interval (or `force`); returns whether it did.
   `data_iterator` None saves no data position."""
