@@ -126,7 +126,7 @@ def test_a_rerun_that_would_change_a_finished_trial_is_refused_in_one_line(exper
                                                                           monkeypatch):
   """It said "already finished" and rewrote sweep.json: the new command beside the old summary."""
   ran = []
-  monkeypatch.setattr("nplace.studies.sweep.run", lambda *args: ran.append(args))
+  monkeypatch.setattr("nplace.studies.sweep.run", lambda *args: ran.append(args) or args[2])
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--list")[2:])]) == 0
   trials = [{"name": name, "overrides": {}, "workdir": name, "command": command, "status": "completed",
              "error": None, "summary": None} for name, command in
@@ -152,7 +152,7 @@ def test_a_cell_whose_trials_hold_no_common_checkpoint_is_refused_before_anythin
   """Started at --batch 1 and rerun at --batch 2, a cell failed once reached, exit 0, its
   unstarted trial recorded failed with it."""
   ran = []
-  monkeypatch.setattr("nplace.studies.sweep.run", lambda *args: ran.append(args))
+  monkeypatch.setattr("nplace.studies.sweep.run", lambda *args: ran.append(args) or args[2])
   (tmp_path / "seed=0" / "checkpoints" / "10").mkdir(parents=True)
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--batch", "2")[2:])]) == 2
   assert capsys.readouterr().err == (
@@ -161,6 +161,29 @@ def test_a_cell_whose_trials_hold_no_common_checkpoint_is_refused_before_anythin
       "--batch 1 to resume each alone\n")
   assert not ran
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--batch", "1")[2:])]) == 0 and ran
+
+
+def test_a_failing_trial_is_recorded_the_sweep_goes_on_and_exits_1_and_ctrl_c_leaves_it_pending(experiment, tmp_path, capsys, monkeypatch):
+  """It exited 0: `nplace sweep && nplace report` went on to file a grid with failed trials; after
+  Ctrl-C, sweep.json said "running"."""
+  def train_cell(configs, workdirs):
+    if "seed=0" in configs:
+      raise RuntimeError("out of memory\nallocating 3 GiB")
+    return [Summary(status="completed", step=60) for _ in configs]
+  monkeypatch.setattr("nplace.studies.sweep.train_cell", train_cell)
+  with pytest.raises(SystemExit) as exit:
+    main.main(["sweep", *map(str, sweep(experiment, tmp_path)[2:])])
+  assert exit.value.code == 1
+  assert capsys.readouterr().err.splitlines()[-2:] == [
+      "sweep: trial seed=0 failed: RuntimeError: out of memory",
+      f"nplace sweep: 1 of 3 trials failed (seed=0: their errors are in {tmp_path / 'sweep.json'}); rerun the same "
+      "command to retry them"]
+  entries = json.loads((tmp_path / "sweep.json").read_text())["trials"]
+  assert [e["status"] for e in entries] == ["completed", "failed", "completed"]
+  monkeypatch.setattr("nplace.studies.sweep.train_cell", lambda *args: exec("raise KeyboardInterrupt"))
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path)[2:])]) == 130  # Ctrl-C: it said "running"
+  entries = json.loads((tmp_path / "sweep.json").read_text())["trials"]
+  assert [e["status"] for e in entries] == ["pending"] * 3  # no trial wrote a summary here
 
 
 def test_record_makes_trials_run_elsewhere_a_sweep_and_runs_nothing(experiment, tmp_path, capsys, monkeypatch):

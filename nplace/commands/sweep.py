@@ -4,8 +4,8 @@ this process, each in DIR/<trial>/ with its own summary, event files and checkpo
 optim.eps, optim.min_lr_ratio and model.dt train K at a time as one compiled program (a cell),
 each still its own run; --batch 1 runs them one after another. Rerunning the same command skips
 finished trials and resumes interrupted ones (a rerun that would train a finished trial otherwise
-is refused); a trial (or cell) that fails is recorded and the sweep goes on. A grid that reuses
-another variant's trials (its `reuses(arg)`) skips them. DIR/sweep.json holds every trial's
+is refused); a trial (or cell) that fails is recorded and the sweep goes on, to exit 1 at its
+end. A grid that reuses another variant's trials (its `reuses(arg)`) skips them. DIR/sweep.json holds every trial's
 status and summary, DIR/.jax_cache JAX's compiled programs (unless JAX_COMPILATION_CACHE_DIR
 names another). --list prints the command of each trial (`nplace train`) or cell (`nplace sweep
 --cell N`) instead, one per pod worker; without --workdir its commands write to WORKDIR.
@@ -116,7 +116,12 @@ def main(argv):
   _check_cells_resume_together(workdir, trials, record, groups, fv.batch)
   running = [trials[i] for i in sorted(i for cell in groups for i in cell)]
   with compile_cache.persistent(workdir / compile_cache.DIRNAME), progress.labelled(_labels(running)):
-    sweep.run(trials, workdir, record, groups)  # cells of one program compile it once
+    record = sweep.run(trials, workdir, record, groups)  # cells of one program compile it once
+  failed = [trials[i].name for cell in groups for i in cell if record["trials"][i]["status"] == "failed"]
+  if failed:  # a script's `nplace sweep && nplace report` stops here
+    print(f"nplace sweep: {len(failed)} of {sum(map(len, groups))} trials failed ({', '.join(failed)}: their errors are in "
+          f"{workdir / 'sweep.json'}); rerun the same command to retry them", file=sys.stderr)
+    sys.exit(1)
 
 
 def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.PlannedTrial]) -> None:

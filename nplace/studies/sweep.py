@@ -97,6 +97,12 @@ def run(trials, workdir: epath.Path, record: dict, groups: list[list[int]]) -> d
       for i in cell:
         entries[i].update(status="failed", error=_one_line(e))
       print(f"sweep: {label} {names} failed: {entries[cell[0]]['error']}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # the record says what a rerun finds, not "running"
+      for i in cell:
+        summary = trial_summary(workdir / trials[i].name)
+        entries[i].update(status=summary.status if summary else "pending")
+      write_record(path, record)
+      raise
     wall_times += [(time.perf_counter() - start) / len(cell)] * len(cell)
     jax.clear_caches()  # each trial compiles its own steps; do not keep the previous ones
     write_record(path, record)
