@@ -16,13 +16,15 @@ from nplace.logs import events
 CURVE = ["--config.train.steps=24", "--config.checkpoint.every=8"]  # the preemption tests' run
 
 
-def start_two(workdir, *extra, env):
-  """Both processes of a 2-process run (4 CPU devices each), coordinated on a fresh port."""
+def start_two(workdir, *extra, env, second=()):
+  """Both processes of a 2-process run (4 CPU devices each), coordinated on a fresh port; the
+  second also given `second`."""
   four = dict(env, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"))
   port = free_port()
   return [start(workdir, *extra, "--config.distributed.initialize=True",
                 f"--config.distributed.coordinator_address=127.0.0.1:{port}",
-                "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}", env=four)
+                "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}",
+                *(second if i else ()), env=four)
           for i in range(2)]
 
 
@@ -73,6 +75,21 @@ def test_two_processes_match_one_process(reference):
   assert sorted(multi) == list(range(1, 25))
   assert events.read_scalars(reference / "single")["eval/loss"][0].tolist() == [0, 20, 24]
   np.testing.assert_allclose([multi[s] for s in sorted(single)], [single[s] for s in sorted(single)], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_processes_given_different_configs_both_stop_naming_the_key(tmp_path, env):
+  """The second process trained on with its own train.steps; the run recorded the first's."""
+  procs = start_two(tmp_path, *CURVE, env=env, second=["--config.train.steps=25"])
+  try:
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+  finally:
+    kill(procs)
+  assert [p.returncode for p in procs] == [2, 2], outs
+  for out, steps in zip(outs, (24, 25)):
+    assert out.splitlines()[-1] == (
+        f"nplace train: config error: train.steps={steps}: the processes of this run were given different "
+        "values: every process must run the same command (distributed.process_id aside)"), out
 
 
 def wait_for_logged(workdir, step, procs, timeout=300):

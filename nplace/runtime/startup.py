@@ -9,6 +9,7 @@ errors about TPU hosts it cannot find (jax-ml/jax#11668). A platform the user ch
 (JAX_PLATFORMS, jax_platforms) is left as it is.
 """
 import glob
+import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -16,7 +17,10 @@ import pkgutil
 import sys
 
 import jax
+import numpy as np
 
+from nplace.config import flatten
+from nplace.errors import NOT_SET, ConfigError
 from nplace.runtime import cpu_split, malloc
 
 GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips; also Google's virtual NIC, so a GCE VM counts as maybe-TPU
@@ -95,3 +99,28 @@ def prepare_process(config) -> None:
           "(jax.distributed.initialize)", file=sys.stderr, flush=True)
   jax.distributed.initialize(coordinator_address=d.coordinator_address,
                              num_processes=d.num_processes, process_id=d.process_id)
+  check_same_config(config)
+
+
+def check_same_config(config) -> None:
+  """ConfigError, on every process alike, unless all run this config (distributed.process_id
+  aside): a process started with other values trained on silently, and the run's summary and
+  events recorded process 0's config alone."""
+  from jax.experimental import multihost_utils
+  flat = {k: v for k, v in flatten(config.to_dict()).items() if k != "distributed.process_id"}
+  keys = sorted(flat)
+  hashes = np.array([_digest(f"{k}={flat[k]!r}") for k in keys], np.int32)
+  whole = multihost_utils.process_allgather(np.array([len(keys), _digest(hashes.tobytes())], np.int32))
+  if (whole == whole[0]).all():
+    return
+  if (whole[:, 0] != len(keys)).any():
+    raise ConfigError("distributed", NOT_SET, "the processes run configs of other keys (other nplace versions?)")
+  rows = multihost_utils.process_allgather(hashes)
+  key = keys[int(np.argmax((rows != rows[0]).any(axis=0)))]
+  raise ConfigError(key, flat[key], "the processes of this run were given different values: every process "
+                    "must run the same command (distributed.process_id aside)")
+
+
+def _digest(text) -> int:
+  data = text.encode() if isinstance(text, str) else text
+  return int.from_bytes(hashlib.sha256(data).digest()[:4], "little", signed=True)
