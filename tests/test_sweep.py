@@ -163,7 +163,8 @@ def test_a_cell_whose_trials_hold_no_common_checkpoint_is_refused_before_anythin
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--batch", "1")[2:])]) == 0 and ran
 
 
-def test_a_failing_trial_is_recorded_the_sweep_goes_on_and_exits_1_and_ctrl_c_leaves_it_pending(experiment, tmp_path, capsys, monkeypatch):
+def test_a_failing_trial_is_recorded_the_sweep_goes_on_and_exits_1_and_ctrl_c_leaves_it_pending(
+    experiment, tmp_path, capsys, monkeypatch):
   """It exited 0: `nplace sweep && nplace report` went on to file a grid with failed trials; after
   Ctrl-C, sweep.json said "running"."""
   def train_cell(configs, workdirs):

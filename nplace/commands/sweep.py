@@ -119,8 +119,8 @@ def main(argv):
     record = sweep.run(trials, workdir, record, groups)  # cells of one program compile it once
   failed = [trials[i].name for cell in groups for i in cell if record["trials"][i]["status"] == "failed"]
   if failed:  # a script's `nplace sweep && nplace report` stops here
-    print(f"nplace sweep: {len(failed)} of {sum(map(len, groups))} trials failed ({', '.join(failed)}: their errors are in "
-          f"{workdir / 'sweep.json'}); rerun the same command to retry them", file=sys.stderr)
+    print(f"nplace sweep: {len(failed)} of {sum(map(len, groups))} trials failed ({', '.join(failed)}: their "
+          f"errors are in {workdir / 'sweep.json'}); rerun the same command to retry them", file=sys.stderr)
     sys.exit(1)
 
 
