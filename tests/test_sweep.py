@@ -67,7 +67,7 @@ def train_losses(workdir):
 
 
 @pytest.mark.slow
-def test_killed_sweep_reruns_to_the_end_without_redoing_finished_trials(experiment, tmp_path, env):
+def test_killed_sweep_reruns_to_the_end_without_redoing_finished_trials(experiment, tmp_path, env, capsys):
   proc = subprocess.Popen(sweep(experiment, tmp_path), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
   killed_trial = tmp_path / NAMES[1]
@@ -108,6 +108,16 @@ def test_killed_sweep_reruns_to_the_end_without_redoing_finished_trials(experime
   # (early in training, before the kill) is the one its event files hold.
   worst, at = max((v, s) for s, v in train_losses(killed_trial).items() if s > 5)
   assert at <= 10 and record["trials"][1]["summary"]["max_train_loss"] == pytest.approx(worst)
+
+  # --record (trials run elsewhere) rewrites the record from the trials, and refuses a command that
+  # gives them another config than their checkpoints hold
+  (tmp_path / "sweep.json").unlink()
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--record")[2:])]) == 0
+  assert json.loads((tmp_path / "sweep.json").read_text())["trials"] == record["trials"]
+  (tmp_path / "sweep.json").unlink()
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--record", "--config.train.steps=90")[2:])]) == 2
+  assert re.fullmatch(r"nplace sweep: --record: trial (.+)'s checkpoint (\d+) was trained with train.steps=60, and this "
+                      r"command gives 90: give the overrides its slices ran with\n", capsys.readouterr().err)
 
 
 def test_list_prints_a_runnable_train_command_per_trial(experiment, tmp_path, capsys):

@@ -111,6 +111,7 @@ def main(argv):
     raise UsageError(str(e)) from None
   sweep.write_record(workdir / "sweep.json", record)
   if fv.record:
+    _check_trials_trained_as_given(workdir, trials, record)
     print(f"{sweep.progress_line(record['trials'], [])}; record in {workdir / 'sweep.json'}")
     return
   _check_cells_resume_together(workdir, trials, record, groups, fv.batch)
@@ -142,11 +143,31 @@ def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.Plan
       was, now = flatten(train.config_of(old["command"]).to_dict()), flatten(t.config.to_dict())
     except (UsageError, ConfigError):
       continue
-    changed = next((k for k in now if was.get(k) != now[k]), None)
+    changed = _first_difference(was, now)
     if changed:
       raise UsageError(f"--workdir {workdir}: trial {t.name} finished with {changed}={was.get(changed)!r}, and this "
                        f"command gives {now[changed]!r}: a finished trial is not rerun, and its record would then "
                        "describe it by this command; use another --workdir")
+
+
+def _check_trials_trained_as_given(workdir: epath.Path, trials: list[grid.PlannedTrial], record: dict) -> None:
+  """UsageError when a trial run elsewhere was saved with another config than this command gives
+  it: --record would describe it by this command, and filing would judge it as that config."""
+  for t, entry in zip(trials, record["trials"]):
+    if entry["summary"] is None or not checkpoint.held_steps(workdir / t.name):
+      continue
+    saved, step = checkpoint.read_config(workdir / t.name)
+    was, now = flatten(saved.to_dict()), flatten(t.config.to_dict())
+    changed = _first_difference(was, now)
+    if changed:
+      raise UsageError(f"--record: trial {t.name}'s checkpoint {step} was trained with {changed}="
+                       f"{was.get(changed)!r}, and this command gives {now[changed]!r}: give the overrides "
+                       "its slices ran with")
+
+
+def _first_difference(was: dict, now: dict) -> str | None:
+  """The first key (dotted) whose value `now` changes, the process layout (distributed.*) aside."""
+  return next((k for k in now if not k.startswith("distributed.") and was.get(k) != now[k]), None)
 
 
 def _check_cells_resume_together(workdir: epath.Path, trials: list[grid.PlannedTrial], record: dict,
