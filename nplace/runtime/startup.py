@@ -18,6 +18,7 @@ import sys
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from nplace.config import flatten
 from nplace.errors import NOT_SET, ConfigError
@@ -106,7 +107,6 @@ def check_same_config(config) -> None:
   """ConfigError, on every process alike, unless all run this config (distributed.process_id
   aside): a process started with other values trained on silently, and the run's summary and
   events recorded process 0's config alone."""
-  from jax.experimental import multihost_utils
   flat = {k: v for k, v in flatten(config.to_dict()).items() if k != "distributed.process_id"}
   keys = sorted(flat)
   hashes = np.array([_digest(f"{k}={flat[k]!r}") for k in keys], np.int32)
