@@ -269,8 +269,9 @@ def test_ctrl_c_during_an_async_save_is_one_line():
   """Ctrl-C while orbax was saving left its coroutines unawaited, and Python named each at exit,
   after the one line (seen as a flaky end of test_train's Ctrl-C test)."""
   cut = ("import sys, types; from nplace.commands import main\n"
-         "async def async_save(): pass\n"
-         "def cut_short(argv):\n  global pending; import flax; pending = async_save(); raise KeyboardInterrupt\n"
+         "class JsonCheckpointHandler:\n  async def async_save(self): pass\n"
+         "def cut_short(argv):\n  global pending; import flax\n"
+         "  pending = JsonCheckpointHandler().async_save(); raise KeyboardInterrupt\n"
          "train = types.ModuleType('nplace.commands.train'); train.COMMAND = None; train.main = cut_short\n"
          "sys.modules['nplace.commands.train'] = train; sys.argv = ['nplace', 'train']; sys.exit(main.main())")
   done = subprocess.run([sys.executable, "-c", cut], capture_output=True, text=True, timeout=120,

@@ -10,12 +10,15 @@ import subprocess
 import sys
 import time
 
+import ml_collections
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from nplace.commands import main, train as train_command
+from nplace.config import base_config
 from nplace.studies import grid, runs
+from nplace.train import checkpoint
 from nplace.train.summary import Summary
 
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
@@ -118,6 +121,7 @@ def test_killed_sweep_reruns_to_the_end_without_redoing_finished_trials(experime
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--record", "--config.train.steps=90")[2:])]) == 2
   assert re.fullmatch(r"nplace sweep: --record: trial (.+)'s checkpoint (\d+) was trained with train.steps=60, and this "
                       r"command gives 90: give the overrides its slices ran with\n", capsys.readouterr().err)
+  assert not (tmp_path / "sweep.json").exists()  # a refused record is not written: filing would read it
 
 
 def test_list_prints_a_runnable_train_command_per_trial(experiment, tmp_path, capsys):
@@ -167,8 +171,8 @@ def test_a_cell_whose_trials_hold_no_common_checkpoint_is_refused_before_anythin
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--batch", "2")[2:])]) == 2
   assert capsys.readouterr().err == (
       "nplace sweep: --batch 2: the trials of one cell hold checkpoints at no common step (newest: seed=0 at 10, "
-      "seed=1 at none), so they cannot resume together: rerun with the --batch they were started with, or "
-      "--batch 1 to resume each alone\n")
+      "seed=1 at none), so they cannot resume together: rerun with the --batch (and --only) they were started "
+      "with, or --batch 1 to resume each alone\n")
   assert not ran
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--batch", "1")[2:])]) == 0 and ran
 
@@ -182,9 +186,7 @@ def test_a_failing_trial_is_recorded_the_sweep_goes_on_and_exits_1_and_ctrl_c_le
       raise RuntimeError("out of memory\nallocating 3 GiB")
     return [Summary(status="completed", step=60) for _ in configs]
   monkeypatch.setattr("nplace.studies.sweep.train_cell", train_cell)
-  with pytest.raises(SystemExit) as exit:
-    main.main(["sweep", *map(str, sweep(experiment, tmp_path)[2:])])
-  assert exit.value.code == 1
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path)[2:])]) == 1
   assert capsys.readouterr().err.splitlines()[-2:] == [
       "sweep: trial seed=0 failed: RuntimeError: out of memory",
       f"nplace sweep: 1 of 3 trials failed (seed=0: their errors are in {tmp_path / 'sweep.json'}); rerun the same "
@@ -201,7 +203,13 @@ def test_record_makes_trials_run_elsewhere_a_sweep_and_runs_nothing(experiment, 
   """launch/tpu.py sweep trains each trial on a slice of its own, which wrote no sweep.json:
   report refused to file the directory ("not a sweep")."""
   monkeypatch.setattr("nplace.studies.sweep.run", lambda *args: pytest.fail("ran"))
-  (tmp_path / NAMES[1]).mkdir()
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--list")[2:])]) == 0
+  saved = train_command.config_of(dict(line.split("\t") for line in capsys.readouterr().out.splitlines())[NAMES[1]])
+  saved = saved.to_dict()
+  del saved["train"]["steps"]  # as if nplace added the key after the trial ran: not compared, though read as 1000
+  mngr = checkpoint.manager(tmp_path / NAMES[1], base_config().checkpoint)
+  checkpoint.save(mngr, 60, {"x": np.zeros(2)}, None, ml_collections.ConfigDict(saved), force=True)
+  mngr.wait_until_finished()
   (tmp_path / NAMES[1] / "summary.json").write_text(Summary(step=60, frequency_loss=4.5).to_json())
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--record")[2:])]) == 0
   assert capsys.readouterr().out == (f"sweep: 1/3 trials done (1 completed, 0 diverged, 0 failed); "

@@ -44,10 +44,10 @@ def main(argv=None):
   if argv is None:  # the console script owns its process: a native crash prints every thread's Python stack
     faulthandler.enable()
     argv = sys.argv[1:]
-  # A save that Ctrl-C cuts short leaves orbax's coroutines unawaited, and Python names each at
+  # A save that Ctrl-C cuts short leaves orbax's handlers' coroutines unawaited, and Python names each at
   # exit, after the command's last line. Set before flax is imported: set after, it is not heeded
   # at exit (seen with flax 0.12).
-  warnings.filterwarnings("ignore", "coroutine '.*' was never awaited", RuntimeWarning)
+  warnings.filterwarnings("ignore", r"coroutine '\w+\.async_save' was never awaited", RuntimeWarning)
   if argv[:1] in (["--help"], ["-h"]):
     print(overview())
     return 0
@@ -62,7 +62,7 @@ def main(argv=None):
   from nplace.runtime import startup  # jax: loaded only when a command runs, not for --help
   startup.cpu_only_without_tpu()
   try:
-    command.main(rest)
+    code = command.main(rest)  # None, or the exit code of a command that ended without an error
     sys.stdout.flush()  # a reader that left shows here, not in Python's flush at exit
   except (UsageError, ConfigError, DataError) as e:
     print(f"nplace {name}: {e}", file=sys.stderr)
@@ -74,7 +74,7 @@ def main(argv=None):
   except BrokenPipeError:  # the reader left early (`nplace sweep --list | head`): stop quietly, as Unix tools do
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left in the buffer goes nowhere
     return 128 + signal.SIGPIPE
-  return 0
+  return code or 0
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ from etils import epath
 
 from nplace.commands import train
 from nplace.commands.flags import Command
-from nplace.config import flatten
-from nplace.errors import ConfigError, UsageError
+from nplace.config import flatten, from_saved
+from nplace.errors import ConfigError, DataError, UsageError
 from nplace.logs import progress
 from nplace.runtime import compile_cache
 from nplace.studies import grid, sweep
@@ -109,20 +109,23 @@ def main(argv):
     record = sweep.new_record(spec, cli_overrides, trials, workdir)
   except SummaryError as e:
     raise UsageError(str(e)) from None
-  sweep.write_record(workdir / "sweep.json", record)
   if fv.record:
     _check_trials_trained_as_given(workdir, trials, record)
+  else:
+    _check_cells_resume_together(workdir, trials, record, groups, fv.batch)
+  sweep.write_record(workdir / "sweep.json", record)
+  if fv.record:
     print(f"{sweep.progress_line(record['trials'], [])}; record in {workdir / 'sweep.json'}")
     return
-  _check_cells_resume_together(workdir, trials, record, groups, fv.batch)
   running = [trials[i] for i in sorted(i for cell in groups for i in cell)]
   with compile_cache.persistent(workdir / compile_cache.DIRNAME), progress.labelled(_labels(running)):
     record = sweep.run(trials, workdir, record, groups)  # cells of one program compile it once
   failed = [trials[i].name for cell in groups for i in cell if record["trials"][i]["status"] == "failed"]
   if failed:  # a script's `nplace sweep && nplace report` stops here
-    print(f"nplace sweep: {len(failed)} of {sum(map(len, groups))} trials failed ({', '.join(failed)}: their "
-          f"errors are in {workdir / 'sweep.json'}); rerun the same command to retry them", file=sys.stderr)
-    sys.exit(1)
+    named = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
+    print(f"nplace sweep: {len(failed)} of {sum(map(len, groups))} trials failed ({named}: their errors are in "
+          f"{workdir / 'sweep.json'}); rerun the same command to retry them", file=sys.stderr)
+    return 1
 
 
 def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.PlannedTrial]) -> None:
@@ -156,9 +159,13 @@ def _check_trials_trained_as_given(workdir: epath.Path, trials: list[grid.Planne
   for t, entry in zip(trials, record["trials"]):
     if entry["summary"] is None or not checkpoint.held_steps(workdir / t.name):
       continue
-    saved, step = checkpoint.read_config(workdir / t.name)
-    was, now = flatten(saved.to_dict()), flatten(t.config.to_dict())
-    changed = _first_difference(was, now)
+    try:
+      saved, step = checkpoint.read_saved_config(workdir / t.name)
+    except DataError:  # a damaged checkpoint: its summary is all there is to record
+      continue
+    # both read as a saved config reads (tuples, not lists), on the keys it was saved with
+    was, now = (flatten(from_saved(c).to_dict()) for c in (saved, t.config.to_dict()))
+    changed = _first_difference(was, {k: now[k] for k in flatten(saved) if k in now})
     if changed:
       raise UsageError(f"--record: trial {t.name}'s checkpoint {step} was trained with {changed}="
                        f"{was.get(changed)!r}, and this command gives {now[changed]!r}: give the overrides "
@@ -177,12 +184,14 @@ def _check_cells_resume_together(workdir: epath.Path, trials: list[grid.PlannedT
   only once reached, taking its unstarted trials with it."""
   for cell in groups:
     todo = [i for i in cell if record["trials"][i]["status"] not in sweep.FINISHED]
+    if len(todo) < 2:  # a bucket's listings are slow: a lone trial resumes from its own
+      continue
     held = {trials[i].name: checkpoint.held_steps(workdir / trials[i].name) for i in todo}
     if len(held) > 1 and any(held.values()) and not set.intersection(*held.values()):
       newest = ", ".join(f"{name} at {max(steps) if steps else 'none'}" for name, steps in held.items())
       raise UsageError(f"--batch {batch}: the trials of one cell hold checkpoints at no common step (newest: "
-                       f"{newest}), so they cannot resume together: rerun with the --batch they were started "
-                       "with, or --batch 1 to resume each alone")
+                       f"{newest}), so they cannot resume together: rerun with the --batch (and --only) they "
+                       "were started with, or --batch 1 to resume each alone")
 
 
 def _labels(trials: list[grid.PlannedTrial]) -> dict[str, str]:

@@ -104,10 +104,10 @@ def prepare_process(config) -> None:
 
 
 def check_same_config(config) -> None:
-  """ConfigError, on every process alike, unless all run this config (distributed.process_id
-  aside): a process started with other values trained on silently, and the run's summary and
+  """ConfigError, on every process alike, unless all run this config (distributed.*, which
+  jax.distributed has agreed on, aside): a process started with other values trained on silently, and the run's summary and
   events recorded process 0's config alone."""
-  flat = {k: v for k, v in flatten(config.to_dict()).items() if k != "distributed.process_id"}
+  flat = {k: v for k, v in flatten(config.to_dict()).items() if not k.startswith("distributed.")}
   keys = sorted(flat)
   hashes = np.array([_digest(f"{k}={flat[k]!r}") for k in keys], np.int32)
   whole = multihost_utils.process_allgather(np.array([len(keys), _digest(hashes.tobytes())], np.int32))
@@ -118,7 +118,7 @@ def check_same_config(config) -> None:
   rows = multihost_utils.process_allgather(hashes)
   key = keys[int(np.argmax((rows != rows[0]).any(axis=0)))]
   raise ConfigError(key, flat[key], "the processes of this run were given different values: every process "
-                    "must run the same command (distributed.process_id aside)")
+                    "must run the same command (distributed.* aside)")
 
 
 def _digest(text) -> int:

@@ -15,7 +15,7 @@ from nplace.logs.progress import duration
 from nplace.runtime import workdirs
 from nplace.train.cell import program
 from nplace.train.loop import train_cell
-from nplace.train.summary import Summary
+from nplace.train.summary import Summary, SummaryError
 
 FINISHED = ("completed", "diverged")
 
@@ -25,6 +25,14 @@ def trial_summary(workdir: epath.Path) -> Summary | None:
   SummaryError when it does not read as one."""
   path = workdir / "summary.json"
   return Summary.read(path) if path.exists() else None
+
+
+def _status_on_disk(trial_dir: epath.Path) -> str:
+  try:
+    summary = trial_summary(trial_dir)
+  except SummaryError:  # reported when the record is next made; an interrupt must not be masked
+    return "pending"
+  return summary.status if summary else "pending"
 
 
 def new_record(spec: str, cli_overrides: list[str], trials, workdir: epath.Path) -> dict:
@@ -99,8 +107,7 @@ def run(trials, workdir: epath.Path, record: dict, groups: list[list[int]]) -> d
       print(f"sweep: {label} {names} failed: {entries[cell[0]]['error']}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:  # the record says what a rerun finds, not "running"
       for i in cell:
-        summary = trial_summary(workdir / trials[i].name)
-        entries[i].update(status=summary.status if summary else "pending")
+        entries[i].update(status=_status_on_disk(workdir / trials[i].name))
       write_record(path, record)
       raise
     wall_times += [(time.perf_counter() - start) / len(cell)] * len(cell)

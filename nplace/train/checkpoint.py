@@ -195,8 +195,14 @@ def check_newest_model(workdir, model_config) -> None:
 
 def read_config(workdir, step=None):
   """(config, step): the config checkpoint `step` (default: the newest) was saved with."""
+  saved, step = read_saved_config(workdir, step)
+  return from_saved(saved), step
+
+
+def read_saved_config(workdir, step=None):
+  """(dict, step): that config as saved, without the keys added to nplace since."""
   mngr, step = _open(workdir, base_config().checkpoint, step)
-  return from_saved(_config_or_data_error(mngr, step)), step
+  return _config_or_data_error(mngr, step), step
 
 
 def restore_params(config, workdir, step=None):
