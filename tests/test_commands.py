@@ -267,10 +267,13 @@ def test_a_native_crash_in_a_command_prints_its_python_stack():
 
 def test_ctrl_c_during_an_async_save_is_one_line():
   """Ctrl-C while orbax was saving left its coroutines unawaited, and Python named each at exit,
-  after the one line (seen as a flaky end of test_train's Ctrl-C test)."""
-  cut = ("import sys, types; from nplace.commands import main\n"
+  after the one line (seen as a flaky end of test_train's Ctrl-C test); orbax's commit thread
+  logged its failure with a traceback."""
+  cut = ("import logging, sys, threading, time, types; from nplace.commands import main\n"
          "class JsonCheckpointHandler:\n  async def async_save(self): pass\n"
-         "def cut_short(argv):\n  global pending; import flax\n"
+         "def fail_later():\n  time.sleep(0.5); logging.getLogger('absl').error('commit failed', exc_info="
+         "RuntimeError('cannot schedule new futures after shutdown'))\n"
+         "def cut_short(argv):\n  global pending; import flax; threading.Thread(target=fail_later).start()\n"
          "  pending = JsonCheckpointHandler().async_save(); raise KeyboardInterrupt\n"
          "train = types.ModuleType('nplace.commands.train'); train.COMMAND = None; train.main = cut_short\n"
          "sys.modules['nplace.commands.train'] = train; sys.argv = ['nplace', 'train']; sys.exit(main.main())")

@@ -152,6 +152,9 @@ def test_a_rerun_that_would_change_a_finished_trial_is_refused_in_one_line(exper
       f"nplace sweep: --workdir {tmp_path}: trial {NAMES[0]} finished with train.steps=60, and this command gives "
       "90: a finished trial is not rerun, and its record would then describe it by this command; use another "
       "--workdir\n")
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--config.train.steps=90", "--record")[2:])]) == 2
+  assert capsys.readouterr().err.endswith("its record would then describe it by this command; give the overrides its "
+                                          "slices ran with\n")  # --record reruns nothing: another workdir is no help
   assert (tmp_path / "sweep.json").read_text() == record and not ran
   monkeypatch.chdir(tmp_path.parent)  # the same trials, their workdir spelled otherwise: the commands differ
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path.name)[2:])]) == 0 and ran

@@ -3,6 +3,7 @@ package (imported only when it runs), with a `COMMAND` (its usage, flags and hel
 `main(argv)`. Bad input ends with one line on stderr and exit code 2."""
 import faulthandler
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -68,6 +69,9 @@ def main(argv=None):
     print(f"nplace {name}: {e}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:  # Ctrl-C: one line; what was saved stays
+    # a save cut short fails on orbax's threads after this (its executor shut down), logged
+    # through absl: its tracebacks would follow the line
+    logging.getLogger("absl").setLevel(logging.CRITICAL)
     resume = "; rerun the same command to resume from the last checkpoint" if name in TRAINING else ""
     print(f"\nnplace {name}: interrupted{resume}", file=sys.stderr)
     return 128 + signal.SIGINT

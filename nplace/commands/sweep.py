@@ -103,7 +103,8 @@ def main(argv):
       else:
         print(f"cell-{n:03d}\t{_cell_command(argv, n)}")
     return
-  _check_finished_trials_unchanged(workdir, trials)
+  _check_finished_trials_unchanged(workdir, trials, "give the overrides its slices ran with" if fv.record
+                                   else "use another --workdir")
   workdir.mkdir(parents=True, exist_ok=True)
   try:
     record = sweep.new_record(spec, cli_overrides, trials, workdir)
@@ -128,7 +129,7 @@ def main(argv):
     return 1
 
 
-def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.PlannedTrial]) -> None:
+def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.PlannedTrial], advice: str) -> None:
   """UsageError when a trial that sweep.json shows finished would now train another config (a
   changed override or experiment file): the rerun would skip it, and the rewritten record would
   describe it by the new command. An old command that no longer reads (its file moved, or its
@@ -150,7 +151,7 @@ def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.Plan
     if changed:
       raise UsageError(f"--workdir {workdir}: trial {t.name} finished with {changed}={was.get(changed)!r}, and this "
                        f"command gives {now[changed]!r}: a finished trial is not rerun, and its record would then "
-                       "describe it by this command; use another --workdir")
+                       f"describe it by this command; {advice}")
 
 
 def _check_trials_trained_as_given(workdir: epath.Path, trials: list[grid.PlannedTrial], record: dict) -> None:

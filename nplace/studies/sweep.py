@@ -85,7 +85,7 @@ def run(trials, workdir: epath.Path, record: dict, groups: list[list[int]]) -> d
   path, entries, wall_times = workdir / "sweep.json", record["trials"], []
   selected = [i for cell in groups for i in cell]
   todo = [c for c in ([i for i in cell if entries[i]["status"] not in FINISHED] for cell in groups) if c]
-  cells_note = f" in {len(todo)} cells" if any(len(c) > 1 for c in todo) else ""
+  cells_note = f" in {len(todo)} cell{'s' * (len(todo) != 1)}" if any(len(c) > 1 for c in todo) else ""
   print(f"sweep: {len(selected)} trials, {len(selected) - sum(map(len, todo))} already finished{cells_note}; "
         f"record in {path}\n  tensorboard --logdir {workdir}", flush=True)
   for k, cell in enumerate(todo):
