@@ -202,6 +202,20 @@ def test_a_failing_trial_is_recorded_the_sweep_goes_on_and_exits_1_and_ctrl_c_le
   assert [e["status"] for e in entries] == ["pending"] * 3  # no trial wrote a summary here
 
 
+def test_cells_run_at_once_on_one_workdir_keep_each_others_record(experiment, tmp_path, capsys, monkeypatch):
+  """Two `--cell N` workers on one host each rewrote sweep.json from what they read at start:
+  the last writer's view won, and the other's finished trials read pending."""
+  def train_cell(configs, workdirs):  # meanwhile, another worker finishes seed=1
+    record = json.loads((tmp_path / "sweep.json").read_text())
+    record["trials"][2].update(status="completed", summary=Summary(step=60).to_dict())
+    (tmp_path / "sweep.json").write_text(json.dumps(record))
+    return [Summary(status="completed", step=60) for _ in configs]
+  monkeypatch.setattr("nplace.studies.sweep.train_cell", train_cell)
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--only", "seed=0")[2:])]) == 0
+  entries = json.loads((tmp_path / "sweep.json").read_text())["trials"]
+  assert [e["status"] for e in entries] == ["pending", "completed", "completed"]
+
+
 def test_record_makes_trials_run_elsewhere_a_sweep_and_runs_nothing(experiment, tmp_path, capsys, monkeypatch):
   """launch/tpu.py sweep trains each trial on a slice of its own, which wrote no sweep.json:
   report refused to file the directory ("not a sweep")."""

@@ -51,6 +51,20 @@ def write_record(path: epath.Path, record: dict) -> None:
   workdirs.write_atomic(path, json.dumps(record, indent=1) + "\n")
 
 
+def _write_keeping_others(path: epath.Path, record: dict, own: set[int]) -> None:
+  """write_record, with the entries of trials this process does not run as the file now holds
+  them: cells run at once on one workdir (`--cell N` each) must not undo each other's."""
+  try:
+    on_disk = json.loads(path.read_text())["trials"]
+    same_grid = [e["name"] for e in on_disk] == [e["name"] for e in record["trials"]]
+  except (FileNotFoundError, ValueError, KeyError, TypeError):
+    same_grid = False  # none yet, or not a record of this grid: this one replaces it
+  for i in range(len(record["trials"]) if same_grid else 0):
+    if i not in own:
+      record["trials"][i] = on_disk[i]
+  write_record(path, record)
+
+
 def progress_line(entries, wall_times) -> str:
   done = [e for e in entries if e["status"] in (*FINISHED, "failed")]
   counts = ", ".join(f"{sum(e['status'] == s for e in done)} {s}" for s in (*FINISHED, "failed"))
@@ -84,6 +98,7 @@ def run(trials, workdir: epath.Path, record: dict, groups: list[list[int]]) -> d
   returns the final record."""
   path, entries, wall_times = workdir / "sweep.json", record["trials"], []
   selected = [i for cell in groups for i in cell]
+  own = set(selected)
   todo = [c for c in ([i for i in cell if entries[i]["status"] not in FINISHED] for cell in groups) if c]
   cells_note = f" in {len(todo)} cell{'s' * (len(todo) != 1)}" if any(len(c) > 1 for c in todo) else ""
   print(f"sweep: {len(selected)} trials, {len(selected) - sum(map(len, todo))} already finished{cells_note}; "
@@ -93,7 +108,7 @@ def run(trials, workdir: epath.Path, record: dict, groups: list[list[int]]) -> d
     label = "trial" if len(cell) == 1 else f"cell of {len(cell)} trials"
     for i in cell:
       entries[i].update(status="running", error=None)
-    write_record(path, record)
+    _write_keeping_others(path, record, own)
     print(f"== sweep {label} {k + 1}/{len(todo)}: {names}", flush=True)
     start = time.perf_counter()
     try:
@@ -108,11 +123,11 @@ def run(trials, workdir: epath.Path, record: dict, groups: list[list[int]]) -> d
     except KeyboardInterrupt:  # the record says what a rerun finds, not "running"
       for i in cell:
         entries[i].update(status=_status_on_disk(workdir / trials[i].name))
-      write_record(path, record)
+      _write_keeping_others(path, record, own)
       raise
     wall_times += [(time.perf_counter() - start) / len(cell)] * len(cell)
     jax.clear_caches()  # each trial compiles its own steps; do not keep the previous ones
-    write_record(path, record)
+    _write_keeping_others(path, record, own)
     print(progress_line([entries[j] for j in selected], wall_times), flush=True)
     if any(entries[i]["status"] == "preempted" for i in cell):
       print("sweep: preempted; rerun the same command to resume", flush=True)
