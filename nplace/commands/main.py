@@ -45,9 +45,9 @@ def main(argv=None):
   if argv is None:  # the console script owns its process: a native crash prints every thread's Python stack
     faulthandler.enable()
     argv = sys.argv[1:]
-  # A save that Ctrl-C cuts short leaves orbax's handlers' coroutines unawaited, and Python names each at
-  # exit, after the command's last line. Set before flax is imported: set after, it is not heeded
-  # at exit (seen with flax 0.12).
+  # A save that Ctrl-C cuts short leaves orbax's handlers' coroutines unawaited, and Python names
+  # each at exit, after the command's last line. Set before flax is imported: set after, it is
+  # not heeded at exit (seen with flax 0.12.8).
   warnings.filterwarnings("ignore", r"coroutine '\w+\.async_save' was never awaited", RuntimeWarning)
   if argv[:1] in (["--help"], ["-h"]):
     print(overview())

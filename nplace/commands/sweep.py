@@ -5,10 +5,11 @@ optim.eps, optim.min_lr_ratio and model.dt train K at a time as one compiled pro
 each still its own run; --batch 1 runs them one after another. Rerunning the same command skips
 finished trials and resumes interrupted ones (a rerun that would train a finished trial otherwise
 is refused); a trial (or cell) that fails is recorded and the sweep goes on, to exit 1 at its
-end. A grid that reuses another variant's trials (its `reuses(arg)`) skips them. DIR/sweep.json holds every trial's
-status and summary, DIR/.jax_cache JAX's compiled programs (unless JAX_COMPILATION_CACHE_DIR
-names another). --list prints the command of each trial (`nplace train`) or cell (`nplace sweep
---cell N`) instead, one per pod worker; without --workdir its commands write to WORKDIR.
+end. A grid that reuses another variant's trials (its `reuses(arg)`) skips them. DIR/sweep.json
+holds every trial's status and summary, DIR/.jax_cache JAX's compiled programs (unless
+JAX_COMPILATION_CACHE_DIR names another). --list prints the command of each trial (`nplace
+train`) or cell (`nplace sweep --cell N`) instead, one per pod worker; without --workdir its
+commands write to WORKDIR.
 --record writes DIR/sweep.json from the trials' own summaries and runs nothing (trials run
 elsewhere, a slice each: launch/tpu.py sweep)."""
 import json
@@ -158,11 +159,11 @@ def _check_trials_trained_as_given(workdir: epath.Path, trials: list[grid.Planne
   """UsageError when a trial run elsewhere was saved with another config than this command gives
   it: --record would describe it by this command, and filing would judge it as that config."""
   for t, entry in zip(trials, record["trials"]):
-    if entry["summary"] is None or not checkpoint.held_steps(workdir / t.name):
+    if entry["summary"] is None:
       continue
     try:
       saved, step = checkpoint.read_saved_config(workdir / t.name)
-    except DataError:  # a damaged checkpoint: its summary is all there is to record
+    except (FileNotFoundError, DataError):  # none, or damaged: its summary is all there is to record
       continue
     # both read as a saved config reads (tuples, not lists), on the keys it was saved with
     was, now = (flatten(from_saved(c).to_dict()) for c in (saved, t.config.to_dict()))
@@ -188,7 +189,7 @@ def _check_cells_resume_together(workdir: epath.Path, trials: list[grid.PlannedT
     if len(todo) < 2:  # a bucket's listings are slow: a lone trial resumes from its own
       continue
     held = {trials[i].name: checkpoint.held_steps(workdir / trials[i].name) for i in todo}
-    if len(held) > 1 and any(held.values()) and not set.intersection(*held.values()):
+    if checkpoint.no_common_step(list(held.values())):
       newest = ", ".join(f"{name} at {max(steps) if steps else 'none'}" for name, steps in held.items())
       raise UsageError(f"--batch {batch}: the trials of one cell hold checkpoints at no common step (newest: "
                        f"{newest}), so they cannot resume together: rerun with the --batch (and --only) they "

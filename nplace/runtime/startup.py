@@ -105,8 +105,8 @@ def prepare_process(config) -> None:
 
 def check_same_config(config) -> None:
   """ConfigError, on every process alike, unless all run this config (distributed.*, which
-  jax.distributed has agreed on, aside): a process started with other values trained on silently, and the run's summary and
-  events recorded process 0's config alone."""
+  jax.distributed has agreed on, aside): a process started with other values trained on
+  silently, and the run's summary and events recorded process 0's config alone."""
   flat = {k: v for k, v in flatten(config.to_dict()).items() if not k.startswith("distributed.")}
   keys = sorted(flat)
   hashes = np.array([_digest(f"{k}={flat[k]!r}") for k in keys], np.int32)

@@ -51,6 +51,11 @@ def held_steps(workdir) -> set[int]:
   return set(ocp.utils.checkpoint_steps(directory)) if directory.exists() else set()
 
 
+def no_common_step(held: list[set[int]]) -> bool:
+  """Runs holding these steps cannot resume together: some hold checkpoints, at no step all hold."""
+  return any(held) and not set.intersection(*held)
+
+
 def save(mngr: ocp.CheckpointManager, step: int, state, data_iterator, config, force=False) -> bool:
   """Saves when `step` is on the interval (or `force`); returns whether it did.
   `data_iterator` None saves no data position."""
@@ -104,7 +109,7 @@ def restore_together(mngrs, abstract_state, shardings, data_iterators, model_con
   target = _with_shardings(abstract_state, shardings)
   held = [set(mngr.all_steps()) for mngr in mngrs]
   common = set.intersection(*held)
-  if not common and any(held):
+  if no_common_step(held):
     raise ConfigError("checkpoint", {str(m.directory): sorted(h) for m, h in zip(mngrs, held)},
                       "these runs hold checkpoints at no common step: resume them as they were started "
                       "(the same --batch)")
