@@ -241,11 +241,14 @@ def test_an_output_file_in_directories_not_yet_made_is_written_there(argv, heavy
     assert json.loads(out.read_text()) == written
 
 
-@pytest.mark.slow
-def test_a_reader_that_leaves_early_ends_the_command_quietly():
-  """`nplace sweep --list | head`: the pipe closes before the listing is written."""
-  proc = subprocess.Popen([pathlib.Path(sys.executable).parent / "nplace", "sweep", "--config",
-                           str(ROOT / "experiments/stability.py:cpu"), "--workdir", "runs/x", "--list"],
+@pytest.mark.parametrize("argv", [
+    pytest.param(["sweep", "--config", str(ROOT / "experiments/stability.py:cpu"), "--workdir", "runs/x", "--list"],
+                 marks=pytest.mark.slow, id="sweep-list"),
+    pytest.param(["sweep", "--help"], id="command-help"),  # printed before the command's own handling
+    pytest.param(["--help"], id="overview")])
+def test_a_reader_that_leaves_early_ends_the_command_quietly(argv):
+  """`nplace sweep --list | head`: the pipe closes before the output is written."""
+  proc = subprocess.Popen([pathlib.Path(sys.executable).parent / "nplace", *argv],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   proc.stdout.close()
   _, err = proc.communicate(timeout=120)

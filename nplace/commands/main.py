@@ -49,6 +49,16 @@ def main(argv=None):
   # each at exit, after the command's last line. Set before flax is imported: set after, it is
   # not heeded at exit (seen with flax 0.12.8).
   warnings.filterwarnings("ignore", r"coroutine '\w+\.async_save' was never awaited", RuntimeWarning)
+  try:
+    code = _dispatch(argv)
+    sys.stdout.flush()  # a reader that left shows here, not in Python's flush at exit
+  except BrokenPipeError:  # the reader left early (`nplace sweep --list | head`): stop quietly, as Unix tools do
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left in the buffer goes nowhere
+    return 128 + signal.SIGPIPE
+  return code
+
+
+def _dispatch(argv) -> int:
   if argv[:1] in (["--help"], ["-h"]):
     print(overview())
     return 0
@@ -64,7 +74,6 @@ def main(argv=None):
   startup.cpu_only_without_tpu()
   try:
     code = command.main(rest)  # None, or the exit code of a command that ended without an error
-    sys.stdout.flush()  # a reader that left shows here, not in Python's flush at exit
   except (UsageError, ConfigError, DataError) as e:
     print(f"nplace {name}: {e}", file=sys.stderr)
     return 2
@@ -75,9 +84,6 @@ def main(argv=None):
     resume = "; rerun the same command to resume from the last checkpoint" if name in TRAINING else ""
     print(f"\nnplace {name}: interrupted{resume}", file=sys.stderr)
     return 128 + signal.SIGINT
-  except BrokenPipeError:  # the reader left early (`nplace sweep --list | head`): stop quietly, as Unix tools do
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left in the buffer goes nowhere
-    return 128 + signal.SIGPIPE
   return code or 0
 
 
