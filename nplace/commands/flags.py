@@ -5,6 +5,7 @@ Bad input ends as a UsageError (one line, exit code 2) before anything is built 
 """
 import dataclasses
 import pathlib
+import sys
 import textwrap
 from typing import Callable
 
@@ -60,6 +61,10 @@ class Command:
     command line read, not run (the report's trial commands)."""
     argv = ["nplace", *(_installed_configs(argv) if self.config != "none" else argv)]
     file = _config_file(argv)
+    # config_flags runs a --config file as the module config_config, and into the one already in
+    # sys.modules when there is one: a second file read in one process (report's trial commands)
+    # would see the first's names, its get_config among them
+    sys.modules.pop("config_config", None)
     try:
       fv = self.flag_values(argv, config)  # inside: with a ConfigDict, a bad override raises here
       extra = fv(argv)[1:]  # runs the config file
