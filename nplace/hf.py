@@ -91,6 +91,7 @@ def config_from_hf(hf: dict, where) -> tuple[ml_collections.ConfigDict, str]:
     except TypeError as e:  # a value of another type than the key's: ConfigDict names the field
       raise UsageError(f"{where}: {e}") from None
     config.data.seq_len = min(config.data.seq_len, config.model.max_len)
+    config.data.synthetic_vocab = min(config.data.synthetic_vocab, config.model.vocab_size)
     candidates.append((config, config_flags(config, size)))
   config, line = min(candidates, key=lambda c: len(c[1].split()))
   validate(config)
@@ -102,8 +103,8 @@ def config_flags(config, size: str) -> str:
   ref = experiment("gpt2", size)
   overrides = [f"--config.model.{key}={value}" for key, value in config.model.items()
                if ref.model[key] != value]
-  if config.data.seq_len != ref.data.seq_len:
-    overrides.append(f"--config.data.seq_len={config.data.seq_len}")
+  overrides += [f"--config.data.{key}={config.data[key]}" for key in ("seq_len", "synthetic_vocab")
+                if config.data[key] != ref.data[key]]
   return " ".join([f"--config experiments/gpt2.py:{size}", *overrides])
 
 
@@ -198,7 +199,7 @@ def from_hf(directory, workdir) -> str:
     config, flags_line = config_from_hf(json.loads(config_file.read_text()), config_file)
   except (OSError, json.JSONDecodeError) as e:
     raise UsageError(f"{config_file}: {e}") from None
-  if (pathlib.Path(workdir) / "checkpoints").exists():
+  if checkpoint.held_steps(workdir):  # not an interrupted conversion's unfinished step: its rerun goes on
     raise UsageError(f"--out {workdir}: already holds checkpoints")
   m = ModelConfig.of(config.model)
   params = jax.device_put(params_from_hf(read_tensors(directory, m), m), jax.devices("cpu")[0])
@@ -219,13 +220,17 @@ def _readable_as_written(path: pathlib.Path) -> None:
 
 def to_hf(workdir, out, step=None) -> int:
   """Writes checkpoint `step` (default: the newest) of `workdir` as a HF GPT-2 directory."""
+  out = pathlib.Path(out)
+  # a checkpoint there is not replaced: its weights would be lost, and a sharded one's index
+  # would be read before the new model.safetensors
+  if held := sorted(path.name for pattern in ("config.json", "*.safetensors*") for path in out.glob(pattern)):
+    raise UsageError(f"--out {out}: already holds {held[0]} (a Hugging Face checkpoint); give a new or empty directory")
   config, step = checkpoint.read_config(workdir, step)
   for key, want in GPT2_ARCH.items():
     if config.model[key] != want:
       raise ConfigError(f"model.{key}", config.model[key],
                         f"no Hugging Face architecture holds it (GPT-2 has {key}={want!r})")
   params, step = checkpoint.restore_params(config, workdir, step)
-  out = pathlib.Path(out)
   out.mkdir(parents=True, exist_ok=True)
   tensors = params_to_hf(params, config.model)
   save_file({PREFIX + name: value for name, value in tensors.items()}, out / "model.safetensors",

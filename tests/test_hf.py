@@ -129,6 +129,12 @@ def test_round_trip_to_hf_loads_in_transformers(gpt2, tmp_path):
   umask = os.umask(0)
   os.umask(umask)
   assert stat.S_IMODE((tmp_path / "model.safetensors").stat().st_mode) == 0o666 & ~umask  # not safetensors' 0600
+  # a checkpoint there is not replaced: a sharded one's index would be read before the new file
+  (tmp_path / "model.safetensors").rename(tmp_path / "model-00001-of-00001.safetensors")
+  code, _, err = run("convert", "--to-hf", "--workdir", gpt2["workdir"], "--out", tmp_path)
+  assert code == 2 and err == (f"nplace convert: --out {tmp_path}: already holds config.json (a Hugging Face "
+                               "checkpoint); give a new or empty directory\n"), err
+  assert not (tmp_path / "model.safetensors").exists()
 
 
 def test_real_gpt2_sizes_print_their_preset():
@@ -244,6 +250,17 @@ def test_train_fine_tunes_a_converted_checkpoint(small, tmp_path):
   # Three AdamW steps of lr <= 1e-3 move each weight by a few 1e-3; a fresh init would differ by ~0.2.
   moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), tuned, start))
   assert 0 < max(moved) < 5e-3
+
+
+def test_a_vocabulary_under_the_synthetic_languages_converts_and_an_interrupted_conversion_reruns(tmp_path):
+  """A character-level GPT-2 (nanoGPT's shakespeare_char has 65 tokens) gets a synthetic
+  language it can read; a conversion killed mid-save left only orbax's unfinished step."""
+  (tmp_path / "hf").mkdir()
+  write_hf_gpt2(tmp_path / "hf", vocab_size=65)
+  (tmp_path / "run/checkpoints/0.orbax-checkpoint-tmp").mkdir(parents=True)
+  config, flags = convert_from_hf(tmp_path / "hf", tmp_path / "run")
+  assert "--config.data.synthetic_vocab=65" in flags and config.data.synthetic_vocab == 65
+  assert checkpoint.held_steps(tmp_path / "run") == {0}
 
 
 def test_base_model_names_and_mask_buffers_read_the_same(small, tmp_path):
