@@ -1,5 +1,6 @@
 """Train on one NVIDIA GPU: install the CUDA extra into .venv, then nplace train with the flags
-that matter on one device. Python stdlib only; run it from anywhere on the GPU machine.
+that matter on one device. Python stdlib only; run it from anywhere on the GPU machine
+(relative --workdir and --config paths are read from where you run it).
 
   python launch/gpu.py [--config experiments/gpt2.py:124m,peri] [--workdir runs/gpu]
       [--batch-size 64] [--microbatch 8] [--dry-run] [-- --config.KEY=VALUE ...]
@@ -30,6 +31,14 @@ def commands(a) -> list[list[str]]:
   ]
 
 
+def from_here(path: str) -> str:
+  """A path the caller gave from their directory, as the commands, run in ROOT, read it."""
+  if path.startswith("gs://"):
+    return path
+  absolute = pathlib.Path(path).expanduser().absolute()
+  return str(absolute.relative_to(ROOT) if absolute.is_relative_to(ROOT) else absolute)
+
+
 class Parser(argparse.ArgumentParser):
   def error(self, message):
     print(f"launch/gpu.py: {message}", file=sys.stderr)
@@ -46,11 +55,17 @@ def main(argv=None) -> int:
   p.add_argument("--dry-run", action="store_true", help="print the commands, run none")
   p.add_argument("overrides", nargs="*", help="after --: --config.KEY=VALUE")
   a = p.parse_args(sys.argv[1:] if argv is None else argv)
+  if a.batch_size < 1:
+    p.error(f"--batch-size {a.batch_size}: must be positive")
   if a.microbatch < 1 or a.batch_size % a.microbatch:
     p.error(f"--microbatch {a.microbatch}: must divide --batch-size {a.batch_size}")
   for x in a.overrides:
     if not x.startswith("--config."):
       p.error(f"override {x!r}: expected --config.KEY=VALUE after --")
+  a.workdir = from_here(a.workdir)
+  file, colon, arg = a.config.partition(":")
+  if pathlib.Path(file).expanduser().exists():  # else nplace reads its installed experiments/, or names it
+    a.config = from_here(file) + colon + arg
   for argv in commands(a):
     print(shlex.join(argv), flush=True)
     if not a.dry_run and subprocess.run(argv, cwd=ROOT).returncode:

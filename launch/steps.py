@@ -73,6 +73,18 @@ def run_command(script: str, parse, commands: dict, argv: list[str]) -> int:
   except KeyboardInterrupt:
     return 130
 
+def shipped_config(spec: str):
+  """Refuses a --config FILE[:ARG] that `setup` would not ship (it ships this checkout's committed
+  HEAD): the compile check would read one file and the slice train on another, or on none."""
+  file = spec.partition(":")[0]
+  path = (ROOT / file).resolve()  # the commands run in ROOT, as nplace compile reads it here
+  git = lambda *argv: subprocess.run(["git", *argv], cwd=ROOT, capture_output=True).returncode
+  if not path.is_relative_to(ROOT) or git("ls-files", "--error-unmatch", str(path)):
+    raise UsageError(f"--config {file}: not a file committed in {ROOT} (a slice gets only its HEAD)")
+  if git("diff", "--quiet", "HEAD", "--", str(path)):
+    raise UsageError(f"--config {file}: differs from its committed version (a slice gets only HEAD): commit it first")
+
+
 def compile_check(r: Runner, a):
   code = r.run([a.nplace, "compile", "--config", a.config, "--topology", a.accel.type,
                 "--batch-per-chip", str(a.batch_per_chip), *a.overrides], check=False)

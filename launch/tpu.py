@@ -23,7 +23,7 @@ import sys
 
 import gcloud
 from steps import (FINAL, ROOT, LaunchError, Runner, UsageError, compile_check, create, record_sweep, run_command,
-                   on_slice, run_to_end, setup, stage_data, sweep_command, train)
+                   on_slice, shipped_config, run_to_end, setup, stage_data, sweep_command, train)
 
 
 def single_run(a) -> list[str]:
@@ -78,7 +78,6 @@ def slice_name(prefix: str, trial: str) -> str:
 
 
 def cmd_sweep(r: Runner, a) -> int:
-  compile_check(r, a)
   jobs = []
   for name, args in trials(r, a):
     workdir = args[args.index("--workdir") + 1]
@@ -88,6 +87,7 @@ def cmd_sweep(r: Runner, a) -> int:
     if any(s == job[1] for job in jobs):
       raise UsageError(f"trial {name}: slice name {s.name} is taken by another trial")
     jobs.append((name, s, on_slice(a, args), workdir))
+  compile_check(r, a)  # after the trial list: a bad one is refused before the compile's minutes
 
   def one(job, runner):
     name, s, args, workdir = job
@@ -224,6 +224,8 @@ def parse(argv) -> argparse.Namespace:
     raise UsageError("--prepare needs --config (the data to prepare)")
   if getattr(a, "parallel", 1) < 1 or getattr(a, "retries", 0) < 0:
     raise UsageError("--parallel must be >= 1 and --retries >= 0")
+  if getattr(a, "config", None):
+    shipped_config(a.config)
   return a
 
 

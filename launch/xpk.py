@@ -87,8 +87,8 @@ def listed(r: Runner, a) -> set[str]:
 
 
 def cmd_sweep(r: Runner, a) -> int:
+  jobs = grid(r, a)  # a bad trial list is refused before the compile's minutes
   compile_check(r, a)
-  jobs = grid(r, a)
   existing = listed(r, a)
   for name, workload, args, workdir in jobs:
     if workload in existing:

@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -158,6 +159,35 @@ def test_a_bad_trial_list_is_exit_2():
   same_slice = "".join(f"{name}\tnplace train --config c --workdir gs://b/{name}\n" for name in ("dt=1", "dt-1"))
   done = launch("tpu.py", *SWEEP, stdin=same_slice)
   assert done.returncode == 2 and "trial dt-1: slice name sw-dt-1 is taken" in done.stderr
+  assert "nplace compile" not in done.stdout  # refused before the compile's minutes
+  xpk_same = "".join(f"{name}\tnplace train --config c --workdir gs://b/{name}\n" for name in ("a", "A"))
+  done = launch("xpk.py", "sweep", *XPK, "--dry-run", stdin=xpk_same)
+  assert done.returncode == 2 and "workload name sw-a is taken" in done.stderr and "nplace compile" not in done.stdout
+
+
+def test_a_slice_runs_only_a_committed_config(tmp_path):
+  """`setup` ships the checkout's HEAD: a config outside it, untracked or changed since would be
+  compiled here and then trained on the slice as another file, or as none."""
+  repo = tmp_path / "repo"
+  shutil.copytree(ROOT / "launch", repo / "launch")
+  (repo / "c.py").write_text("x = 1\n")
+  (repo / "new.py").write_text("")
+  git = lambda *argv: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *argv], cwd=repo,
+                                     check=True, capture_output=True)
+  git("init", "-q")
+  git("add", "c.py", "launch")
+  git("commit", "-qm", "c")
+  up = ["up", *WHERE, "--name=n", "--accelerator=v4-8", "--workdir=gs://b/w", "--dry-run"]
+  run = lambda config: subprocess.run([sys.executable, str(repo / "launch/tpu.py"), *up, f"--config={config}"],
+                                      capture_output=True, text=True, timeout=60)
+  assert run("c.py:x").returncode == 0
+  for config, message in ((f"{ROOT}/experiments/tiny.py:pre", "not a file committed in"), ("new.py", "not a file committed"),
+                          ("c.py", None)):
+    if message is None:
+      (repo / "c.py").write_text("x = 2\n")
+      message = "--config c.py: differs from its committed version"
+    done = run(config)
+    assert done.returncode == 2 and done.stdout == "" and message in done.stderr, done.stderr
 
 
 FAKE_GCLOUD = """\
@@ -259,8 +289,17 @@ def test_gpu_recipe_dry_run():
   done = launch("gpu.py", "--workdir=runs/gpu-peri", "--dry-run", "--", "--config.train.steps=5000")
   assert (done.returncode, done.stderr) == (0, "")
   assert done.stdout == GOLDEN_GPU
-  bad = launch("gpu.py", "--microbatch=7", "--dry-run")
-  assert bad.returncode == 2 and bad.stderr == "launch/gpu.py: --microbatch 7: must divide --batch-size 64\n"
+  for flag, message in (("--microbatch=7", "--microbatch 7: must divide --batch-size 64"),
+                        ("--batch-size=0", "--batch-size 0: must be positive")):
+    bad = launch("gpu.py", flag, "--dry-run")
+    assert bad.returncode == 2 and bad.stderr == f"launch/gpu.py: {message}\n"
+
+
+def test_gpu_recipe_reads_relative_paths_from_where_it_runs(tmp_path):
+  (tmp_path / "mine.py").write_text("")
+  done = subprocess.run([sys.executable, str(ROOT / "launch/gpu.py"), "--workdir=run", "--config=mine.py:pre",
+                         "--dry-run"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+  assert done.returncode == 0 and f"--config {tmp_path}/mine.py:pre --workdir {tmp_path}/run " in done.stdout, done
 
 
 XPK = ["--cluster=gke", "--project=p", "--zone=z", "--name=sw", "--tpu-type=v5litepod-4",
