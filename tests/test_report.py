@@ -229,13 +229,17 @@ def test_a_folders_other_runs_are_named_and_a_report_replaces_only_its_own(tmp_p
   (folder / "grid").mkdir()
   (folder / "grid" / "sweep.json").write_text('{"config": null, "trials": []}')
   (folder / "empty").mkdir()
+  (folder / "nested" / "run").mkdir(parents=True)
+  (folder / "nested" / "run" / "summary.json").write_text(Summary(step=1, val_loss=3.0).to_json())
   (out / "figures").mkdir(parents=True)
   (out / "figures" / "9_runs_train_loss.png").write_bytes(b"an earlier report's")
   assert report(folder, "--out", out, capsys=capsys) == (f"report: {out / 'report.md'}\n  left out {folder / 'grid'}: a sweep: name its "
-                                     f"directory\n  left out {folder / 'stopped'}: a run without summary.json: still "
+                                     f"directory\n  left out {folder / 'nested'}: a folder of runs: name its directory"
+                                     f"\n  left out {folder / 'stopped'}: a run without summary.json: still "
                                      "training, or stopped; rerun it to finish\n")
-  assert ("Not in this table: [grid](../runs/grid) (a sweep: name its directory); [stopped](../runs/stopped) (a run "
-          "without summary.json: still training, or stopped; rerun it to finish).") in (out / "report.md").read_text()
+  assert ("Not in this table: [grid](../runs/grid) (a sweep: name its directory); [nested](../runs/nested) (a folder "
+          "of runs: name its directory); [stopped](../runs/stopped) (a run without summary.json: still training, or "
+          "stopped; rerun it to finish).") in (out / "report.md").read_text()
   assert [p.name for p in (out / "figures").iterdir()] == ["0_runs_train_loss.png"]  # no eval/loss logged
   (out / "report.md").write_text("my notes\n")
   for argv in ([folder, "--out", out], [folder, f"{folder}/", "--out", tmp_path / "other"]):

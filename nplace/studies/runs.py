@@ -77,6 +77,8 @@ def _not_a_finished_run(directory: epath.Path) -> str | None:
     return "a sweep: name its directory"
   if (directory / "checkpoints").is_dir() or events.event_files(directory):
     return "a run without summary.json: still training, or stopped; rerun it to finish"
+  if any((d / "summary.json").is_file() or (d / "sweep.json").is_file() for d in directory.iterdir() if d.is_dir()):
+    return "a folder of runs: name its directory"
   return None
 
 
