@@ -215,6 +215,10 @@ def test_a_run_that_recovered_from_a_spike_learned_and_shows_the_spike(tmp_path,
   assert row["outcome"] == "learned"
   assert row["loss spikes"] == "1 (max 2.5 nats, 1 recovered)"
   assert row["tok/s"] == "11,893"
+  (run_dir / "summary.json").write_text(Summary(step=30, val_loss=3.0, status="preempted").to_json())
+  report(run_dir, "--out", tmp_path / "out", capsys=capsys)
+  [row] = table((tmp_path / "out" / "report.md").read_text(), "| run | status |")
+  assert (row["status"], row["outcome"]) == ("preempted", "-")  # unfinished: not judged
 
 
 def test_a_folders_other_runs_are_named_and_a_report_replaces_only_its_own(tmp_path, capsys):

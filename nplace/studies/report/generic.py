@@ -15,15 +15,15 @@ COLUMNS = (  # header, summary key, how it is written
 
 
 def run_table(page, runs) -> str:
-  """One row per run: its directory (linked), status, outcome (`outcomes.classify`, the
-  definition the protocols use), summary numbers, and its loss spikes with their size and
-  recovery (`outcomes.spikes`)."""
+  """One row per run: its directory (linked), status, outcome of a finished run
+  (`outcomes.classify`, the definition the protocols use), summary numbers, and its loss
+  spikes with their size and recovery (`outcomes.spikes`)."""
   rows = []
   for run in runs:
     steps, values = runs_lib.scalars(run).get("train/loss", ((), ()))
     loss, warmup = list(zip(steps, values)), runs_lib.warmup(run)
     verdict = (outcomes.classify(run.summary, loss, warmup, outcomes.DID_NOT_LEARN_FRACTION)
-               if run.summary else "-")
+               if run.summary and run.status in runs_lib.FINISHED else "-")  # a preempted run is not judged
     spikes = markdown.spikes(outcomes.spikes(loss, warmup, outcomes.SPIKE_REBOUND)) if loss else "-"
     rows.append([page.link(run.name, run.path), run.status, verdict, markdown.number(runs_lib.value(run, "step")),
                  *(write(runs_lib.value(run, key)) for _, key, write in COLUMNS), spikes])
