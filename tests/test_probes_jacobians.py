@@ -1,4 +1,6 @@
 """Jacobian probes against full `jax.jacfwd` Jacobians of the plain-jnp reference."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,6 +8,7 @@ import pytest
 
 from nplace.probes import jacobians
 from nplace.probes import taps as taps_lib
+from nplace.runtime import compiler_fixes
 from conftest import tiny_config
 import probe_reference as ref
 
@@ -15,7 +18,7 @@ K = 64  # Hutchinson probes
 @pytest.fixture(scope="module")
 def setup():
   # Sharp attention and K x L x B x H x T^2 = 294,912 > 32,768 probability entries under the
-  # probes: the size past which XLA:CPU (jaxlib 0.10.2) miscomputed vmapped JVPs (jacobians.py)
+  # probes: the size past which XLA:CPU (jaxlib 0.10.2) miscomputes vmapped JVPs (compiler_fixes)
   cfg = tiny_config(placement="peri", norm="rmsnorm", n_layer=2, d_model=16, n_head=4).model
   params = ref.random_params(cfg, 0, std=0.6)
   tokens = jnp.asarray(np.random.default_rng(1).integers(0, cfg.vocab_size, (4, 12)))
@@ -56,7 +59,7 @@ def probes(setup, exact):
   hs = exact[2]
   intermediates = {"h0": (hs[0],), "blocks": {"h": (jnp.stack(hs[1:]),)}}
 
-  @jax.jit
+  @functools.partial(jax.jit, compiler_options=compiler_fixes.forward_mode(jax.default_backend()))  # as the suite
   def run(params, intermediates):
     return (jacobians.frobenius(cfg, params, tokens, taps, jax.random.key(2, impl="rbg"), K),
             jacobians.spectral(cfg, params, tokens, taps, jax.random.key(3, impl="rbg"), 100),

@@ -2,11 +2,6 @@
 
 Norms are per sequence (the batch Jacobian is block-diagonal over sequences), reported as
 root-mean-square singular values: |J|_F / sqrt(T d), averaged over sequences in square.
-
-Forward-mode products are mapped over their tangents, not vmapped: a vmapped JVP broadcasts the
-primal's attention probabilities over the tangents, and XLA:CPU in jaxlib 0.10.2 computes
-`p * (v - sum(p * v))` wrongly once that broadcast passes 32,768 elements (jax-ml/jax#39103,
-YNNPACK fusion): trained models' sensitivities came out 20-70% high, a spectral norm 10x.
 """
 import jax
 import jax.numpy as jnp
@@ -51,10 +46,8 @@ def spectral(cfg, params, tokens_BT, taps, key, n_iters):
   L = taps["blocks"]["h"].shape[0]
   layers_L = jnp.arange(L)
   dtype = taps["blocks"]["h"].dtype  # the compute dtype (the output h_L is float32)
-  # one layer at a time: vmapped, the linearization's softmax residuals are broadcast over the
-  # layers, a pattern XLA:CPU in jaxlib 0.10.2 miscompiles past 32,768 elements (module doc)
-  J = lambda layers, v: jax.lax.map(lambda lv: f_jvp(taps_lib.place(taps, *lv)), (layers, v))
-  Jt = lambda layers, u: jax.lax.map(lambda lu: taps_lib.pick(f_vjp(lu[1])[0], lu[0]), (layers, u))
+  J = jax.vmap(lambda l, v: f_jvp(taps_lib.place(taps, l, v)))
+  Jt = jax.vmap(lambda l, u: taps_lib.pick(f_vjp(u)[0], l))
 
   def normalized(v_LBTD):  # kept in the taps' dtype: the tangents of a bfloat16 model are bfloat16
     v_LBTD = (v_LBTD * jax.lax.rsqrt(_seq_sq(v_LBTD))[..., None, None]).astype(dtype)
@@ -84,7 +77,6 @@ def local_sensitivity(cfg, params, intermediates, key, n_probes):
   v_ELBTD = sharding.spread(v_ELBTD, (None, *RESIDUAL))
   per_layer = jax.vmap(branch_jvp)
   layers_L = jnp.arange(1, inputs_LBTD.shape[0] + 1)
-  # one probe at a time: vmapped, each block's primal would be broadcast over the probes (see spectral)
-  w_ELBTD = jax.lax.map(lambda v: per_layer(params["blocks"], layers_L, inputs_LBTD, v), v_ELBTD)
+  w_ELBTD = jax.vmap(lambda v: per_layer(params["blocks"], layers_L, inputs_LBTD, v))(v_ELBTD)
   T, D = h0_BTD.shape[-2:]
   return jnp.sqrt(jnp.mean(_seq_sq(w_ELBTD), axis=(0, 2)) / (T * D))

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from nplace.config import MeshConfig, ModelConfig, ProbeConfig
 from nplace.probes import attention, gradients, jacobians, representations, theory
 from nplace.probes import taps as taps_lib
-from nplace.runtime import sharding
+from nplace.runtime import compiler_fixes, sharding
 
 THEORY_SUFFIX = "_theory"  # `<name>_theory` is a prediction drawn next to probe `<name>`
 
@@ -84,7 +84,8 @@ def _jitted(layout):
   """run_suite's jit for one layout (None, or a (mesh, MeshConfig) pair traced under
   sharding.under_layout): jit's own cache does not key on the layout, which is read at trace
   time, so each layout gets its own jit, kept for the process (the compiled suites too)."""
-  fn = jax.jit(run_suite, static_argnums=(0, 4))
+  platform = layout[0].devices.flat[0].platform if layout else jax.default_backend()
+  fn = jax.jit(run_suite, static_argnums=(0, 4), compiler_options=compiler_fixes.forward_mode(platform))
   return fn if layout is None else sharding.under_layout(fn, *layout)
 
 

@@ -16,6 +16,7 @@ from nplace.data import loader
 from nplace.model import decoder
 from nplace.probes import curvature, inputs, jacobians, representations, suite
 from nplace.probes import taps as taps_lib
+from nplace.runtime import compiler_fixes
 from nplace.studies.lab import checks as lab_checks
 from nplace.train import state as train_state, steps
 
@@ -31,7 +32,6 @@ def lab_config(base, depth: int, width: int, model_overrides=()):
   return c
 
 
-@functools.partial(jax.jit, static_argnums=(0, 5))
 def _measure(cfg, params, batch_BT1, key, local_key, probe_config):
   """The probe suite, rms(h_0), and |J_l - I| per block with the output projections as
   initialised and multiplied by SCALE (both at the same inputs h_{l-1} and probe vectors)."""
@@ -44,6 +44,11 @@ def _measure(cfg, params, batch_BT1, key, local_key, probe_config):
       cfg, p, intermediates, local_key, probe_config.hutchinson_probes))(both)
   rms_h0 = representations.moments(taps_lib.sown(intermediates["h0"]))["rms"]
   return results, rms_h0, local_2L
+
+
+@functools.cache
+def _measure_jit(platform: str):
+  return jax.jit(_measure, static_argnums=(0, 5), compiler_options=compiler_fixes.forward_mode(platform))
 
 
 def adam_warmup(config, params):
@@ -83,8 +88,8 @@ def measure(config) -> dict:
   cfg = ModelConfig.of(config.model)
   params = decoder.init(cfg, jax.random.key(config.seed))
   batch_BT1, key = inputs.probe_batch(config, held_out=False), inputs.probe_key(config)
-  results, rms_h0, local_2L = _measure(cfg, params, batch_BT1, key, jax.random.key(config.seed, impl="rbg"),
-                                       ProbeConfig.of(config.probe))
+  results, rms_h0, local_2L = _measure_jit(jax.default_backend())(
+      cfg, params, batch_BT1, key, jax.random.key(config.seed, impl="rbg"), ProbeConfig.of(config.probe))
   # the curvature on the data's own first validation rows (the probes' batch of a trained model):
   # on random tokens, ones the training data never holds curve down through the embedding rows
   # the warmup left with a near-zero second moment, and that direction swamps the power iteration
