@@ -59,7 +59,7 @@ def probes(setup, exact):
   hs = exact[2]
   intermediates = {"h0": (hs[0],), "blocks": {"h": (jnp.stack(hs[1:]),)}}
 
-  @functools.partial(jax.jit, compiler_options=compiler_fixes.forward_mode(jax.default_backend()))  # as the suite
+  @functools.partial(jax.jit, compiler_options=compiler_fixes.forward_mode())  # as the suite
   def run(params, intermediates):
     return (jacobians.frobenius(cfg, params, tokens, taps, jax.random.key(2, impl="rbg"), K),
             jacobians.spectral(cfg, params, tokens, taps, jax.random.key(3, impl="rbg"), 100),

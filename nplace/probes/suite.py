@@ -84,8 +84,8 @@ def _jitted(layout):
   """run_suite's jit for one layout (None, or a (mesh, MeshConfig) pair traced under
   sharding.under_layout): jit's own cache does not key on the layout, which is read at trace
   time, so each layout gets its own jit, kept for the process (the compiled suites too)."""
-  platform = layout[0].devices.flat[0].platform if layout else jax.default_backend()
-  fn = jax.jit(run_suite, static_argnums=(0, 4), compiler_options=compiler_fixes.forward_mode(platform))
+  options = compiler_fixes.forward_mode(layout[0] if layout else None)
+  fn = jax.jit(run_suite, static_argnums=(0, 4), compiler_options=options)
   return fn if layout is None else sharding.under_layout(fn, *layout)
 
 

@@ -5,17 +5,20 @@ XLA:CPU in jaxlib 0.10.2 hands fused multiply-reduce loops to YNNPACK, and compu
 (jax-ml/jax#39103). A vmapped JVP through attention's softmax is that pattern: the primal's
 probabilities broadcast over the tangents. The probes' forward-mode products (|J_l - I|, the
 spectral norms) read 20-70% high on trained models, one spectral norm 10x. Training (reverse
-mode) does not meet it: its gradients match eager's. Turning the fusion off for the probe
-suite alone fixes them and makes the suite faster on the CPU (389 against 494 ms on tiny),
-where the train step would be slower (BUILD_NOTES).
+mode) does not meet it: its gradients match eager's. So the fusion is turned off for the
+computations with forward-mode probes alone, not for the train step, where it would cost
+11-22% of the CPU's throughput (BUILD_NOTES).
 """
+import jax
 import jaxlib
 
 _YNN_BUG = (0, 10, 2)  # the first jaxlib with the bug; the pins stop below 0.11
 
 
-def forward_mode(platform: str) -> dict:
-  """jit compiler options for a computation with vmapped JVPs, compiled for `platform`."""
+def forward_mode(mesh=None) -> dict:
+  """jit compiler options for a computation with vmapped JVPs, compiled for `mesh`'s devices
+  (None: the default backend's)."""
+  platform = mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()
   version = tuple(int(part) for part in jaxlib.__version__.split(".")[:3] if part.isdigit())
   if platform == "cpu" and version >= _YNN_BUG:
     return {"xla_cpu_experimental_ynn_fusion_type": ""}  # empty: no YNNPACK fusion

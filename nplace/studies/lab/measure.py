@@ -47,8 +47,8 @@ def _measure(cfg, params, batch_BT1, key, local_key, probe_config):
 
 
 @functools.cache
-def _measure_jit(platform: str):
-  return jax.jit(_measure, static_argnums=(0, 5), compiler_options=compiler_fixes.forward_mode(platform))
+def _measure_jit():  # built on first use: the options read the default backend
+  return jax.jit(_measure, static_argnums=(0, 5), compiler_options=compiler_fixes.forward_mode())
 
 
 def adam_warmup(config, params):
@@ -88,7 +88,7 @@ def measure(config) -> dict:
   cfg = ModelConfig.of(config.model)
   params = decoder.init(cfg, jax.random.key(config.seed))
   batch_BT1, key = inputs.probe_batch(config, held_out=False), inputs.probe_key(config)
-  results, rms_h0, local_2L = _measure_jit(jax.default_backend())(
+  results, rms_h0, local_2L = _measure_jit()(
       cfg, params, batch_BT1, key, jax.random.key(config.seed, impl="rbg"), ProbeConfig.of(config.probe))
   # the curvature on the data's own first validation rows (the probes' batch of a trained model):
   # on random tokens, ones the training data never holds curve down through the embedding rows
