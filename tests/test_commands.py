@@ -284,6 +284,11 @@ def test_ctrl_c_during_an_async_save_is_one_line():
                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert done.returncode == 130
   assert done.stderr == "\nnplace train: interrupted; rerun the same command to resume from the last checkpoint\n"
+  # a save's thread left waiting for ever: Python's exit would join it (seen in test_train's Ctrl-C test)
+  stuck = cut.replace("threading.Thread(target=fail_later).start()", "threading.Thread(target=threading.Event().wait).start()")
+  done = subprocess.run([sys.executable, "-c", stuck], capture_output=True, text=True, timeout=60,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert done.returncode == 130 and done.stderr.endswith("from the last checkpoint\n"), done.stderr
 
 
 def test_sweep_list_writes_nothing_so_its_workdir_is_not_checked(capsys):
