@@ -9,8 +9,9 @@ mode) does not meet it: its gradients match eager's. So the fusion is turned off
 computations with forward-mode probes alone, not for the train step, where it would cost
 11-22% of the CPU's throughput (BUILD_NOTES).
 """
-import jax
 import jaxlib
+
+from nplace.runtime import sharding
 
 _YNN_BUG = (0, 10, 2)  # the first jaxlib with the bug; the pins stop below 0.11
 
@@ -18,7 +19,7 @@ _YNN_BUG = (0, 10, 2)  # the first jaxlib with the bug; the pins stop below 0.11
 def forward_mode(mesh=None) -> dict:
   """jit compiler options for a computation with vmapped JVPs, compiled for `mesh`'s devices
   (None: the default backend's)."""
-  platform = mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()
+  platform = sharding.mesh_platform(mesh)
   version = tuple(int(part) for part in jaxlib.__version__.split(".")[:3] if part.isdigit())
   if platform == "cpu" and version >= _YNN_BUG:
     return {"xla_cpu_experimental_ynn_fusion_type": ""}  # empty: no YNNPACK fusion

@@ -126,7 +126,12 @@ def platform() -> str:
   """The platform being compiled for: the layout mesh's devices' (an ahead-of-time compile for
   a TPU slice runs on a CPU host), else the default backend's."""
   layout = _LAYOUT.get()
-  return layout[0].devices.flat[0].platform if layout else jax.default_backend()
+  return mesh_platform(layout[0] if layout else None)
+
+
+def mesh_platform(mesh=None) -> str:
+  """The platform of `mesh`'s devices; without one, the default backend's."""
+  return mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()
 
 
 def _ways(sizes, axes) -> int:

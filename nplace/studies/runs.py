@@ -157,8 +157,12 @@ def train_command(config: dict, workdir) -> str:
   return " ".join(["nplace train --config", spec, "--workdir", str(workdir), *flags])
 
 
+def is_finished(run: Run) -> bool:
+  return bool(run.summary) and run.status in FINISHED
+
+
 def finished(runs) -> list:
-  return [run for run in runs if run.summary and run.status in FINISHED]
+  return [run for run in runs if is_finished(run)]
 
 
 @functools.cache

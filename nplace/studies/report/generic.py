@@ -23,7 +23,7 @@ def run_table(page, runs) -> str:
     steps, values = runs_lib.scalars(run).get("train/loss", ((), ()))
     loss, warmup = list(zip(steps, values)), runs_lib.warmup(run)
     verdict = (outcomes.classify(run.summary, loss, warmup, outcomes.DID_NOT_LEARN_FRACTION)
-               if run.summary and run.status in runs_lib.FINISHED else "-")  # a preempted run is not judged
+               if runs_lib.is_finished(run) else "-")  # a preempted run is not judged
     spikes = markdown.spikes(outcomes.spikes(loss, warmup, outcomes.SPIKE_REBOUND)) if loss else "-"
     rows.append([page.link(run.name, run.path), run.status, verdict, markdown.number(runs_lib.value(run, "step")),
                  *(write(runs_lib.value(run, key)) for _, key, write in COLUMNS), spikes])
