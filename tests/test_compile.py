@@ -87,6 +87,14 @@ def test_unmeasured_roofline_says_it_is_a_bound_and_gives_no_mfu_where_compute_b
   assert "traffic over ICI bounds it: MFU at most 42%" in compile_command._roofline(sharded)
 
 
+@needs_libtpu
+def test_a_mesh_the_slice_cannot_tile_is_refused_before_any_stage(capsys):
+  """It printed "loading libtpu... compiling the train step..." and only then refused."""
+  assert main.main(["compile", *TINY, "--config.mesh.tensor=3", "--topology", "v5e:2x2"]) == 2
+  out, err = capsys.readouterr()
+  assert out == "" and len(err.splitlines()) == 1 and "mesh" in err and "4 devices" in err, (out, err)
+
+
 def test_unknown_topology_is_a_usage_error(tmp_path):
   done = compile_cli(*TINY, "--topology", "v5litepod-12", cwd=tmp_path)
   assert done.returncode == 2 and "unknown topology 'v5litepod-12'" in done.stderr

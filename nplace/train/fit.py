@@ -102,11 +102,12 @@ def check(config, topology: str, batch_per_chip: int, probes: bool = True, trial
   it with `batch_per_chip` sequences per chip. `say(text)`: each stage, before it (a compile
   takes up to minutes)."""
   topo = chips.resolve(topology)
+  # a mesh the slice's chips cannot tile is refused before libtpu loads and the stages print
+  ways = sharding.trial_ways(config.mesh, topo.chips, trials or 1)
   say(f"loading libtpu for {topo.cloud_name}'s abstract devices ({topo.name}, {topo.chips} chips)...")
   config = copy.deepcopy(config)
   devices = topo.devices()
   say(f"compiling the train step{f' of a cell of {trials} runs' if trials else ''} for {topo.cloud_name}...")
-  ways = sharding.trial_ways(config.mesh, len(devices), trials) if trials else 1
   config.train.batch_size = batch_per_chip * topo.chips // ways
   mesh = sharding.make_mesh(config.mesh, devices, trials)
   state_shardings = train_state.shardings(config, mesh, trials)
