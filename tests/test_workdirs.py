@@ -59,12 +59,14 @@ def test_write_atomic_replaces_the_object(gcs):
   assert [p.name for p in (bucket / "run").iterdir()] == ["counters.json"]  # no temporary object left
 
 
-class _Forbidden(http.server.BaseHTTPRequestHandler):
-  """A Cloud Storage endpoint that refuses everything, as for an account without write access."""
+class _Refusing(http.server.BaseHTTPRequestHandler):
+  """A Cloud Storage endpoint that refuses everything with `code`: 403 as for an account without
+  write access, 400 as for a bucket name Cloud Storage does not accept."""
+  code, message = 403, "caller does not have storage.objects.create"
 
   def _refuse(self):
-    body = json.dumps({"error": {"code": 403, "message": "caller does not have storage.objects.create"}})
-    self.send_response(403)
+    body = json.dumps({"error": {"code": self.code, "message": self.message}})
+    self.send_response(self.code)
     self.send_header("Content-Type", "application/json")
     self.send_header("Content-Length", str(len(body)))
     self.end_headers()
@@ -76,7 +78,23 @@ class _Forbidden(http.server.BaseHTTPRequestHandler):
     pass
 
 
-def test_check_writable_is_one_line_naming_the_workdir(gcs, tmp_path, monkeypatch):
+class _BadName(_Refusing):
+  code, message = 400, "Invalid bucket name: 'Bad_Bucket'"
+
+
+def _refused(handler, uri, monkeypatch) -> str:
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_address[1]}")
+  try:
+    with pytest.raises(UsageError) as refused:
+      workdirs.check_writable(workdirs.resolve(uri))
+  finally:
+    server.shutdown()
+  return str(refused.value)
+
+
+def test_check_writable_is_one_line_naming_the_workdir(gcs, tmp_path, monkeypatch, caplog):
   uri, bucket = gcs.create_bucket()
   workdirs.check_writable(workdirs.resolve(f"{uri}/run"))  # a bucket that is there: fine,
   assert [p for p in bucket.rglob("*") if p.is_file()] == []  # and no object stays behind
@@ -84,17 +102,13 @@ def test_check_writable_is_one_line_naming_the_workdir(gcs, tmp_path, monkeypatc
     workdirs.check_writable(workdirs.resolve("gs://no-such-bucket/run"))
   assert str(missing.value) == "--workdir gs://no-such-bucket/run: the bucket 'no-such-bucket' does not exist"
 
-  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Forbidden)
-  threading.Thread(target=server.serve_forever, daemon=True).start()
-  monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_address[1]}")
-  try:
-    with pytest.raises(UsageError) as refused:
-      workdirs.check_writable(workdirs.resolve(f"{uri}/run"))
-  finally:
-    server.shutdown()
-  message = str(refused.value)
+  message = _refused(_Refusing, f"{uri}/run", monkeypatch)
   assert message.startswith(f"--workdir {uri}/run: cannot write there (") and "Forbidden" in message
   assert "\n" not in message
+  # gcsfs logged a 400 with its traceback (and a network failure after its retries) before the line
+  message = _refused(_BadName, "gs://Bad_Bucket/run", monkeypatch)
+  assert message.startswith("--workdir gs://Bad_Bucket/run: cannot write there (") and "Invalid bucket name" in message
+  assert [r for r in caplog.records if r.name.startswith("gcsfs")] == []
 
   (tmp_path / "file").write_text("")
   with pytest.raises(UsageError, match="is a file, not a directory"):

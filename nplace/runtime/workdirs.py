@@ -7,6 +7,8 @@ staging directory and copied up (`EventSync.push`) at each checkpoint and at the
 `check_writable` turns a missing or read-only workdir or output file (a bucket that does not
 exist, no write permission) into one line before anything is built.
 """
+import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -64,8 +66,9 @@ def check_writable(path: epath.Path, flag: str = "--workdir", file: bool = False
   if is_remote(path):
     probe = where / f".nplace-write-check.{socket.gethostname()}.{os.getpid()}"
     try:
-      probe.write_text("")
-      probe.unlink()
+      with _gcsfs_unlogged():
+        probe.write_text("")
+        probe.unlink()
     except FileNotFoundError:  # an object needs no parent directory: the bucket is not there
       bucket = str(path).split("://", 1)[1].split("/", 1)[0]
       raise UsageError(f"{flag} {path}: the bucket {bucket!r} does not exist") from None
@@ -85,6 +88,19 @@ def check_writable(path: epath.Path, flag: str = "--workdir", file: bool = False
     raise UsageError(f"{flag} {path}: cannot write there (creating a file in {existing}: {why})") from None
   if file and path.exists() and not os.access(path, os.W_OK):
     raise UsageError(f"{flag} {path}: cannot write there (the file is read-only)")
+
+
+@contextlib.contextmanager
+def _gcsfs_unlogged():
+  """gcsfs logs a request that failed for good (a 400, no network after its retries) with its
+  traceback, then raises it: the raised error is what the check reports, in one line."""
+  logger = logging.getLogger("gcsfs")
+  level = logger.level
+  logger.setLevel(logging.CRITICAL)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
 
 
 def _one_line(e: Exception) -> str:
