@@ -35,10 +35,20 @@ def rejudged():
 def test_every_rejudged_claim_is_reproduced_by_no_effect_in_at_most_5_percent(rejudged):
   protocol = STABILITY.PROTOCOL_V4_REJUDGED
   found = {c.id: three_way.operating(c, protocol, rejudged, seed=1) for c in protocol.claims}
-  assert None not in found.values()
-  assert {claim: rates[0] for claim, rates in found.items() if rates[0] > 0.05} == {}
-  # each claim's power, as the page states it, from the same draws
-  assert found["peri_higher_max_lr_no_wd"][1] > 0.8
+  estimated = {claim: rates for claim, rates in found.items() if isinstance(rates, tuple)}
+  # where seeds agree exactly there is nothing to draw from (test_power_is_not_estimated_...)
+  assert set(found) - set(estimated) == {"peri_higher_max_lr", "peri_higher_max_lr_no_wd"}
+  assert {claim: rates[0] for claim, rates in estimated.items() if rates[0] > 0.05} == {}
+
+
+def test_power_is_not_estimated_from_seeds_that_agree_exactly(rejudged):
+  """Without weight decay every seed of Pre-LN and of Peri-LN sits at one grid rate at both
+  depths (with it, at depth 12): draws from those deviations have no spread, so every draw at
+  the stated effect was reproduced and the page printed a power of 1.00."""
+  protocol = STABILITY.PROTOCOL_V4_REJUDGED
+  claim = _claim(protocol, "peri_higher_max_lr_no_wd")
+  assert three_way.operating(claim, protocol, rejudged, seed=1) == (
+      "not estimable: every seed of both arms at one value (depth 6, width 32, depth 12, width 32)")
 
 
 def test_the_rejudged_verdicts_are_three_way(rejudged):

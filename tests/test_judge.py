@@ -111,7 +111,8 @@ def test_the_maximum_stable_rate_is_judged_in_decades_against_min_lr_gap():
   values = {("max_stable_lr", "B", s): [1.0, 1.0, 1.5] for s in Fake.shapes}  # -log10: 1e-1, 1e-1, 10^-1.5
   values |= {("max_stable_lr", "W", s): [2.0, 2.5, 2.0] for s in Fake.shapes}
   [verdict] = judge.judge(gap, Fake(values))
-  assert verdict.verdict == v.REPRODUCED and verdict.effects[0].what == "worse − better, decades"
+  assert verdict.verdict == v.REPRODUCED and verdict.effects[0].what == "better − worse, decades of rate"
+  assert verdict.effects[0].mean > 0  # B learns at rates a decade higher: worse − better of -log10(rate)
   values["max_stable_lr", "W", "large"] = [1.0, 1.5, 1.0]  # within the gap in one shape
   assert judge.judge(gap, Fake(values))[0].verdict == v.NOT_REPRODUCED
   values["max_stable_lr", "W", "large"] = [2.0, None, 2.0]  # a seed that learned at no rate

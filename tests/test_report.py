@@ -8,6 +8,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,9 +16,10 @@ import tensorboardX
 
 from nplace.commands import main, train as train_command
 from nplace.config import experiment
-from nplace.studies import fits, outcomes
+from nplace.protocol import Claim
+from nplace.studies import fits, outcomes, verdict
 from nplace.studies import runs
-from nplace.studies.report import page as results_page
+from nplace.studies.report import answers, page as results_page
 from nplace.train.summary import Summary
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -453,3 +455,30 @@ def test_a_filed_trial_is_replaced_only_with_replace_and_is_named(grid, tmp_path
   out = report("--results", results_dir, "--replace", grid, capsys=capsys)
   assert f"replaced 1 trials: {filed[2]['name']}\n" in out
   assert json.loads(path.read_text().splitlines()[2])["summary"]["val_loss"] != 9.0
+
+
+def test_the_answers_carry_what_their_sections_say_beside_each_verdict():
+  """A claim's answer keeps its section's cautions, the trials it read if they were seen before
+  its version, and the other verdicts its protocol reaches on other trials; a continuation
+  ("... and so") is shown where its verdict differs from the claim it continues."""
+  lead = Claim("peri_higher_max_lr", "Peri-LN learns at higher rates", "max_stable_lr", "Peri-LN", "Pre-LN")
+  more = Claim("peri_higher_max_lr_no_wd", "... and so without weight decay", "max_stable_lr", "Peri-LN", "Pre-LN")
+
+  def judged(arg, own, verdicts, marks=None):
+    grid = SimpleNamespace(config=lambda _: SimpleNamespace(data=SimpleNamespace(source="synthetic")))
+    section = SimpleNamespace(protocol=SimpleNamespace(name="stability", version=4), own_version=own, arg=arg,
+                              grid=grid, scale=([171_000], 1_024_000))
+    return answers.Judged(section, f"## stability, protocol v4: `{arg}`",
+                          [verdict.Verdict(c, found, (), None, "") for c, found in verdicts], marks or {})
+
+  page = [judged("v4_embed", 4, [(lead, verdict.REPRODUCED), (more, verdict.REPRODUCED)], {lead.id: ["fragile"]}),
+          judged("cpu_wide", 3, [(lead, verdict.INCONCLUSIVE), (more, verdict.INCONCLUSIVE)])]
+  rows = answers.rows(page)
+  assert [row[0] for row in rows] == ["Peri-LN learns at higher rates"]  # "..." agrees with its claim
+  assert rows[0][1] == ("**reproduced** (fragile); **inconclusive** on `cpu_wide` (on protocol 3's trials, seen "
+                        "before this version) ([section](#stability-protocol-v4-cpu_wide))")
+  page[0].verdicts[1] = verdict.Verdict(more, verdict.INCONCLUSIVE, (), None, "")
+  assert [row[0] for row in answers.rows(page)] == ["Peri-LN learns at higher rates", "... and so without weight decay"]
+  saying = answers.takeaway(page)
+  assert ("Peri-LN learns at higher rates: **yes** (fragile), but **not shown** on `cpu_wide` (on protocol 3's "
+          "trials, seen before this version).") in saying

@@ -10,7 +10,7 @@ import numpy as np
 
 from nplace.protocol import THREE_WAY
 from nplace.studies import intervals, three_way
-from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict, partly_run
+from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict, effect_what, partly_run
 
 COMPARED = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")  # per-seed values compared between arms
 # The threshold a compared metric's interval must clear, and its unit (max_stable_lr is per seed
@@ -46,9 +46,8 @@ def judge_one(claim, protocol, measures, rng) -> Verdict:
     if not better or not worse or None in better or None in worse or min(len(better), len(worse)) < protocol.seeds:
       complete = False
       continue
-    what = {"nats": Effect.what}.get(unit, f"worse − better, {unit}")
     effects.append(Effect(shape, *intervals.difference(better, worse, protocol, rng),
-                          min(len(better), len(worse)), what))
+                          min(len(better), len(worse)), effect_what(claim.metric)))
   if not complete or not effects:
     return Verdict(claim, NOT_TESTABLE, tuple(effects), None,
                    "every shape run at every learning rate and seed"

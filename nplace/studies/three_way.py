@@ -44,8 +44,8 @@ import numpy as np
 
 from nplace.protocol import PERMUTATION
 from nplace.studies import exact, growth_curves, intervals, ladder
-from nplace.studies.verdict import (INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, ROUNDING, Effect, Verdict, partly_run,
-                                   reading)
+from nplace.studies.verdict import (INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, ROUNDING, Effect, Verdict, effect_what,
+                                   partly_run, reading)
 
 CONTINUOUS = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")
 METRICS = CONTINUOUS + ("divergences", "failure_rate", "fails_more") + growth_curves.METRICS + ladder.METRICS
@@ -188,6 +188,7 @@ def decide(claim, protocol, data, family=()) -> Verdict:
 def _decide_shifts(claim, protocol, data: Shifts) -> Verdict:
   margin = data.margin
   unit = "decades" if claim.metric == "max_stable_lr" else "nats"
+  what = effect_what(claim.metric)
   effects, held, against, notes = [], [], [], []
   alpha = (1 - protocol.interval) / 2
   for shape, (better, worse) in data.by_shape.items():
@@ -195,7 +196,7 @@ def _decide_shifts(claim, protocol, data: Shifts) -> Verdict:
     if claim.method == PERMUTATION:
       mean = float(worse.mean() - better.mean())
       p_for, p_against = exact.shift_p(better, worse, margin), exact.shift_p(worse, better, -margin)
-      effects.append(Effect(shape, mean, math.nan, math.nan, n, f"worse − better, {unit}"))
+      effects.append(Effect(shape, mean, math.nan, math.nan, n, what))
       # a seed stable at the top rate may be stable higher: `better`'s lead, or `worse`'s, is a floor
       held.append(p_for < alpha and not _at_top(worse, data.top))
       against.append(p_against < alpha and not _at_top(better, data.top))
@@ -204,7 +205,7 @@ def _decide_shifts(claim, protocol, data: Shifts) -> Verdict:
         notes.append(f"no permutation test of {len(better)} and {len(worse)} seeds reaches {alpha:g}")
       continue
     mean, low, high = intervals.difference(better, worse, protocol, np.random.default_rng(protocol.bootstrap_seed))
-    effects.append(Effect(shape, mean, low, high, n, f"worse − better, {unit}"))
+    effects.append(Effect(shape, mean, low, high, n, what))
     tolerance = ROUNDING * max(1.0, abs(margin))
     held.append(low > margin + tolerance), against.append(high < margin - tolerance)
   verdict = reading(all(held), any(against))
@@ -286,14 +287,19 @@ def _given(found: Verdict, verdicts: list) -> Verdict:
                              f"while `{given.claim.id}` is {given.verdict}")
 
 
-def operating(claim, protocol, measures, seed: int) -> tuple[float, float] | None:
+def operating(claim, protocol, measures, seed: int) -> tuple[float, float] | str | None:
   """(false-positive rate, power) of the claim's test: the largest share of DRAWS samples called
   reproduced under its nulls (`Sample.nulls`), and the share with the effect at
   `claim.power_at` (`Sample.alternative`); None where the claim has no data or no stated
-  effect. A fails_more claim is judged with its Holm family at their worst (every other p 1)."""
+  effect; why not, where seeds that agree exactly leave the draws nothing to spread. A
+  fails_more claim is judged with its Holm family at their worst (every other p 1)."""
   data = sample(claim, protocol, measures)
   if isinstance(data, str) or claim.power_at is None:
     return None
+  if isinstance(data, Shifts):
+    still = [shape for shape, arms in data.by_shape.items() if all(np.ptp(seeds) == 0 for seeds in arms)]
+    if still:  # its draws would have no spread there: every draw one value, the test's power forced
+      return f"not estimable: every seed of both arms at one value ({', '.join(still)})"
   family = [(1.0, 1.0)] * (sum(c.metric == "fails_more" for c in protocol.claims) - 1) \
       if claim.metric == "fails_more" else ()
   rng = np.random.default_rng(seed)

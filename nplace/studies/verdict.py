@@ -27,6 +27,12 @@ class Effect:
   what: str = "worse − better, nats"
 
 
+def effect_what(metric: str) -> str:
+  """What a compared metric's effect is: worse − better in nats; for max_stable_lr, compared as
+  -log10 of the rate, how many decades higher `better` still learns than `worse`."""
+  return "better − worse, decades of rate" if metric == "max_stable_lr" else Effect.what
+
+
 @dataclasses.dataclass(frozen=True)
 class Verdict:
   claim: Claim

@@ -1,8 +1,11 @@
 """The top of results/README.md: what the page's current protocols found, before any section.
 One row per claim (the seed's wording or this project's, its verdict, its effect with the
 interval, the scale it was judged at, a link to its section), study A first, then growth, study
-B and the placements; and the take-away in plain words, read off named claims' verdicts."""
-import math
+B and the placements; and the take-away in plain words, read off named claims' verdicts. Each
+answer carries what its section says beside the verdict: the cautions (fragile, underpowered,
+changes with the horizon), trials seen before the protocol's version, and the other verdicts the
+same protocol reaches on other trials."""
+import dataclasses
 import re
 
 from nplace.studies import markdown, verdict as verdict_lib
@@ -22,12 +25,24 @@ TAKEAWAY = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Judged:
+  """A section of the page, as the answers read it."""
+  section: object  # page.Section
+  heading: str
+  verdicts: list
+  marks: dict  # claim id -> its cautions
+
+
 def order_key(section) -> tuple:
   """Study, then the newest protocol first, then a grid's own trials before re-judged ones."""
   protocol = section.protocol
-  rejudged = section.grid.declared_version(section.arg) != protocol.version
   return (STUDY_ORDER.index(protocol.name) if protocol.name in STUDY_ORDER else len(STUDY_ORDER),
-          -protocol.version, rejudged, -len(section.study.trials), section.study.path.name)
+          -protocol.version, _rejudged(section), -len(section.study.trials), section.study.path.name)
+
+
+def _rejudged(section) -> bool:
+  return section.own_version != section.protocol.version
 
 
 def anchor(heading: str) -> str:
@@ -46,46 +61,78 @@ def scale_cell(section, source: str) -> str:
   return f"{sizes} params, `{source}`, {_compact(tokens)} tokens"
 
 
-def _effect(v) -> str:
-  if v.counts is not None:
-    return tables.effects(v)
-  return "; ".join(f"{e.shape}: {markdown.ci(e.mean, e.low, e.high)}" for e in v.effects
-                   if not math.isnan(e.mean)) or "-"
+def _found(judged) -> dict:
+  """(protocol name, version, claim id) -> [(its Judged, its verdict)] in page order."""
+  found = {}
+  for j in judged:
+    for v in j.verdicts:
+      found.setdefault((j.section.protocol.name, j.section.protocol.version, v.claim.id), []).append((j, v))
+  return found
+
+
+def _seen(j) -> str:
+  """What a claim judged on earlier trials says beside it."""
+  return f" (on protocol {j.section.own_version}'s trials, seen before this version)" if _rejudged(j.section) else ""
+
+
+def _elsewhere(found, j, v, word=lambda verdict: f"**{verdict}**", link=True, joiner="; ") -> str:
+  """The other verdicts the same protocol reaches on the claim, with the trials each read."""
+  others = {}
+  for o, w in found[(j.section.protocol.name, j.section.protocol.version, v.claim.id)][1:]:
+    if w.verdict != v.verdict:
+      others.setdefault(w.verdict, []).append(f"`{o.section.arg}`" + _seen(o)
+                                              + (f" ([section]({anchor(o.heading)}))" if link else ""))
+  return "".join(f"{joiner}{word(verdict)} on {' and '.join(where)}" for verdict, where in others.items())
+
+
+def _verdict_cell(found, j, v) -> str:
+  marks = j.marks.get(v.claim.id, [])
+  return f"**{v.verdict}**" + (f" ({', '.join(marks)})" if marks else "") + _elsewhere(found, j, v)
 
 
 def rows(judged) -> list[list[str]]:
-  """`judged`: (section, its heading, its verdicts) in page order. One row per claim, each claim
-  id once per protocol (the first section that judges it: the widest own data); a claim that
-  continues the one before it ("... and so without weight decay") is left to its section."""
-  shown, out = set(), []
-  for section, heading, verdicts in judged:
+  """`judged`: Judged sections in page order. One row per claim, each claim id once per protocol
+  (the first section that judges it: the widest own data; its other verdicts beside it); a claim
+  that continues the one before it ("... and so without weight decay") is left to its section
+  where it agrees with it."""
+  found, shown, out = _found(judged), set(), []
+  for j in judged:
+    section = j.section
     source = section.grid.config(section.arg).data.source
-    for v in verdicts:
+    for before, v in zip([None, *j.verdicts], j.verdicts):
       key = (section.protocol.name, section.protocol.version, v.claim.id)
-      if key in shown or v.claim.statement.startswith("..."):
+      if key in shown or (v.claim.statement.startswith("...") and before and before.verdict == v.verdict):
         continue
       shown.add(key)
-      out.append([v.claim.statement, f"**{v.verdict}**", _effect(v), scale_cell(section, source),
-                  f"[{section.protocol.name} v{section.protocol.version}]({anchor(heading)})"])
+      link = f"[{section.protocol.name} v{section.protocol.version}]({anchor(j.heading)})"
+      out.append([v.claim.statement + _seen(j), _verdict_cell(found, j, v), tables.effects(v),
+                  scale_cell(section, source), link])
   return out
 
 
 def takeaway(judged) -> str:
   """The take-away: each question's claims' verdicts in plain words (yes: reproduced; no:
-  contradicted; not shown: inconclusive; not yet: not testable)."""
-  found = {}
-  for section, _, verdicts in judged:
-    for v in verdicts:
-      found.setdefault((section.protocol.name, v.claim.id), v)
+  contradicted; not shown: inconclusive; not yet: not testable), each with its cautions."""
+  found, first = _found(judged), {}
+  for j in judged:
+    for v in j.verdicts:
+      first.setdefault((j.section.protocol.name, v.claim.id), (j, v))
+
+  def plain(verdict):
+    return f"**{PLAIN.get(verdict, 'not yet')}**"
   parts = []
   for question, claims in TAKEAWAY:
-    answers = [f"{found[c].claim.statement}: **{PLAIN.get(found[c].verdict, 'not yet')}**"
-               for c in claims if c in found]
+    answers = []
+    for j, v in (first[c] for c in claims if c in first):
+      marks = j.marks.get(v.claim.id, [])
+      answers.append(f"{v.claim.statement}{_seen(j)}: {plain(v.verdict)}" + (f" ({', '.join(marks)})" if marks else "")
+                     + _elsewhere(found, j, v, plain, link=False, joiner=", but "))
     if answers:
       parts.append(f"*{question}?* " + "; ".join(answers) + ".")
   return ("**What to take away at this scale** (each answer a claim's verdict below: yes = reproduced, no = "
-          "contradicted, not shown = inconclusive, not yet = not testable yet): " + " ".join(parts))
+          "contradicted, not shown = inconclusive, not yet = not testable yet; in brackets, what its section says "
+          "beside it): " + " ".join(parts))
 
 
 def table(judged) -> str:
-  return markdown.table(["claim", "verdict", "effect, mean [interval]", "scale", "section"], rows(judged))
+  return markdown.table(["claim", "verdict", "effect [interval]", "scale", "section"], rows(judged))

@@ -42,6 +42,11 @@ class Section:
   def tier(self) -> str:
     return self.arg.split(",")[0]
 
+  @property
+  def own_version(self) -> int:
+    """The protocol version that ran its trials: another than `protocol`'s where it re-judges them."""
+    return self.grid.declared_version(self.arg)
+
   def measures(self, protocol=None, horizon: float = 1.0):
     return measures_lib.measures_for(protocol or self.protocol, self.study, self.grid, self.arg, horizon)
 
@@ -153,7 +158,7 @@ def _trials_line(trials) -> str:
 
 def _head(s: Section) -> list[str]:
   """The section's title, what re-judging means where it does, the protocol's summary and data."""
-  own, protocol, study = s.grid.declared_version(s.arg), s.protocol, s.study
+  own, protocol, study = s.own_version, s.protocol, s.study
   rejudged = protocol.version != own
   return [
       f"## {protocol.name}, protocol v{protocol.version}: `{study.config}`"
@@ -172,10 +177,10 @@ def _head(s: Section) -> list[str]:
   ]
 
 
-def study_section(s: Section) -> tuple[str, list]:
+def study_section(s: Section) -> tuple[str, list, dict]:
   """A study's section: its head, its verdicts (at each horizon where the protocol has several),
-  their sensitivity to the thresholds, then its kind's tables and figures; and its verdicts (for
-  the page's answers)."""
+  their sensitivity to the thresholds, then its kind's tables and figures; and its verdicts and
+  their cautions (for the page's answers)."""
   protocol = s.protocol
   measures = s.measures()
   by_horizon = tables.horizon_verdicts(protocol, s.measures) if len(protocol.horizons) > 1 else None
@@ -184,26 +189,32 @@ def study_section(s: Section) -> tuple[str, list]:
   if measures.missing:  # where (an arm, a model shape) -> its trials not yet filed
     body.insert(0, f"**Partly run**: not yet filed: {verdict.not_filed(measures.missing)}. Claims are "
                    "not testable until every part has landed; each says what its finished parts show.")
-  head = _head(s)
-  parts = [*head, *(_verdicts(s, measures, by_horizon, verdicts) if protocol.claims else []), *body]
-  return "\n\n".join(parts), verdicts
+  marks, shown = _verdicts(s, measures, by_horizon, verdicts) if protocol.claims else ({}, [])
+  return "\n\n".join([*_head(s), *shown, *body]), verdicts, marks
 
 
-def _verdicts(s: Section, measures, by_horizon, verdicts) -> list[str]:
+def _verdicts(s: Section, measures, by_horizon, verdicts) -> tuple[dict, list[str]]:
   """The verdict tables (at each horizon, with each claim's false positives and power where the
-  protocol is three-way), and the verdicts with each threshold halved and doubled."""
+  protocol is three-way), and the verdicts with each threshold halved and doubled; and claim id ->
+  the cautions they show beside its verdict (fragile, underpowered, changes with the horizon)."""
   protocol = s.protocol
   found = judge.sensitivity(protocol, s.measures)
-  operating = tables.operating_cells(protocol, measures)
+  fragile = judge.fragile(protocol, found)
+  values = tables.operating_values(protocol, measures) or {}
+  changes = tables.changes_with_horizon(by_horizon) if by_horizon else {}
+  marks = {c.id: [mark for mark, holds in (("fragile", c.id in fragile),
+                                           ("underpowered", tables.underpowered(values.get(c.id))),
+                                           ("changes with the horizon", bool(changes.get(c.id)))) if holds]
+           for c in protocol.claims}
+  operating = tables.operating_cells(protocol, values or None)
   if protocol.kind == protocol_lib.SCALE_LADDER:  # its claims' power at the effect each observed, beside
     observed = ladder.observed_power(protocol, measures)
     operating = {claim: f"{cell}; {observed.get(claim, '-')}" for claim, cell in operating.items()}
-  return ["### Verdicts",
-          tables.verdict_tables(protocol, verdicts, s.tier, len(measures.seeds),
-                                by_horizon and tables.at_horizons(by_horizon), operating,
-                                judge.fragile(protocol, found)),
-          "### The verdicts with each threshold halved and doubled",
-          tables.sensitivity_table(protocol, found)]
+  return marks, ["### Verdicts",
+                 tables.verdict_tables(protocol, verdicts, s.tier, len(measures.seeds),
+                                       by_horizon and tables.at_horizons(by_horizon), operating, fragile),
+                 "### The verdicts with each threshold halved and doubled",
+                 tables.sensitivity_table(protocol, found)]
 
 
 def _scale_summary(sections, scales: dict) -> str:
@@ -262,9 +273,9 @@ def _build(results_dir, repo, filed: dict, staged) -> pathlib.Path:
   texts, judged = [], []
   for section in ordered:
     print(f"results: judging {section.study.path.name} by protocol v{section.protocol.version}", flush=True)
-    text, verdicts = study_section(section)
+    text, verdicts, marks = study_section(section)
     texts.append(text)
-    judged.append((section, text.split("\n", 1)[0], verdicts))
+    judged.append(answers.Judged(section, text.split("\n", 1)[0], verdicts, marks))
   parts = [GENERATED, "# Results", _scale_summary(sections, scales), answers.takeaway(judged),
            answers.table(judged),
            "Each study below is judged by the protocol its grid file declares (claims, metrics, "

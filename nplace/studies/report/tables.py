@@ -46,17 +46,29 @@ def effects(verdict) -> str:
   return f"{', '.join(sorted(whats))}: {text}" if text else "-"
 
 
-def operating_cells(protocol, measures) -> dict | None:
-  """Claim id -> its test's false-positive rate and power (three_way.operating), for a three-way
-  protocol; None for another."""
+def operating_values(protocol, measures) -> dict | None:
+  """Claim id -> its test's (false-positive rate, power), why they cannot be estimated, or None
+  (three_way.operating), for a three-way protocol; None for another."""
   if protocol.verdicts != THREE_WAY:
+    return None
+  return {claim.id: three_way.operating(claim, protocol, measures, protocol.bootstrap_seed)
+          for claim in protocol.claims}
+
+
+def underpowered(found) -> bool:
+  return isinstance(found, tuple) and found[1] < UNDERPOWERED
+
+
+def operating_cells(protocol, values: dict | None) -> dict | None:
+  """operating_values as the verdict table's cells."""
+  if values is None:
     return None
   cells = {}
   for claim in protocol.claims:
-    found = three_way.operating(claim, protocol, measures, protocol.bootstrap_seed)
-    cells[claim.id] = "-" if found is None else (
-        f"{found[0]:.2f} / {found[1]:.2f} at {claim.power_at}"
-        + (" **underpowered**" if found[1] < UNDERPOWERED else ""))
+    found = values[claim.id]
+    cells[claim.id] = ("-" if found is None else found if isinstance(found, str) else
+                       f"{found[0]:.2f} / {found[1]:.2f} at {claim.power_at}"
+                       + (" **underpowered**" if underpowered(found) else ""))
   return cells
 
 
@@ -71,7 +83,7 @@ def verdict_table(protocol, verdicts, tier: str, seeds: int, at_horizons=None, o
           + ([operating[v.claim.id]] if operating else [])
           for v in verdicts]
   return markdown.table(["claim", "tier", "protocol", "verdict",
-                         "effect, mean [interval]",
+                         "effect [interval]",
                          "seeds", "what would change it"] + (["at earlier horizons"] if at_horizons else [])
                         + ([f"false positives / power ({three_way.DRAWS} draws each)"] if operating else []), rows)
 
@@ -97,17 +109,20 @@ def horizon_verdicts(protocol, measures_for) -> dict:
   return {h: judge.judge(protocol, measures_for(protocol, h)) for h in protocol.horizons}
 
 
+def changes_with_horizon(by_horizon: dict) -> dict:
+  """Claim id -> [(horizon, verdict) at each earlier horizon] where one differs from the end's verdict;
+  [] where none does."""
+  final = {v.claim.id: v.verdict for v in by_horizon[1.0]}
+  earlier = {claim_id: [(h, next(v.verdict for v in vs if v.claim.id == claim_id)) for h, vs in by_horizon.items()
+                        if h != 1.0] for claim_id in final}
+  return {claim_id: found if any(v != final[claim_id] for _, v in found) else [] for claim_id, found in earlier.items()}
+
+
 def at_horizons(by_horizon: dict) -> dict:
   """Claim id -> "same at 0.25, 0.5" or the verdicts that differ, flagged."""
-  final = {v.claim.id: v.verdict for v in by_horizon[1.0]}
-  cells = {}
-  for claim_id, verdict in final.items():
-    earlier = [(h, next(v.verdict for v in vs if v.claim.id == claim_id)) for h, vs in by_horizon.items() if h != 1.0]
-    if all(v == verdict for _, v in earlier):
-      cells[claim_id] = "same at " + ", ".join(f"{h:g}" for h, _ in earlier)
-    else:
-      cells[claim_id] = "**changes with the horizon**: " + "; ".join(f"{h:g}: {v}" for h, v in earlier)
-  return cells
+  same = "same at " + ", ".join(f"{h:g}" for h in by_horizon if h != 1.0)
+  return {claim_id: "**changes with the horizon**: " + "; ".join(f"{h:g}: {v}" for h, v in changed) if changed else same
+          for claim_id, changed in changes_with_horizon(by_horizon).items()}
 
 
 def horizon_table(protocol, by_horizon: dict) -> str:
