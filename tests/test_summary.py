@@ -68,5 +68,30 @@ def test_eval_results_are_filed_under_their_summary_names():
 
 
 def test_the_counters_are_what_a_resume_carries_over():
+  """The running counters, the last train loss and the last evaluation's results: a run resumed at
+  its last step (killed before its summary.json, or SIGTERM at that step) trains and evaluates
+  nothing again, and its summary must still hold them."""
+  evaluated = set(eval_fields({name: 0.0 for name in ("loss", "perplexity", "perplexity_of_mean_loss")}))
+  assert evaluated <= set(Summary().counters())
   assert set(Summary().counters()) == {"loss_spikes", "skipped_steps", "max_train_loss", "min_train_loss",
-                                       "max_loss_rebound"}
+                                       "max_loss_rebound", "train_loss", "val_loss", "val_perplexity",
+                                       "val_perplexity_of_mean_loss", "rouge1", "rouge2", "rougeL",
+                                       "bertscore_p", "bertscore_r", "bertscore_f1", "copy_rouge1",
+                                       "copy_rouge2", "copy_rougeL", "gen_rouge1", "gen_rouge2", "gen_rougeL",
+                                       "gen_bertscore_p", "gen_bertscore_r", "gen_bertscore_f1"}
+
+
+def test_a_run_resumed_at_its_last_step_keeps_its_losses(tmp_path):
+  from nplace.config import base_config
+  from nplace.train.step_log import StepLog
+  config = base_config()
+  before = StepLog(config, None, Summary(), 1, None, tmp_path / "counters.json")
+  before.summary.train_loss = 4.5
+  before.summary.file_eval({"loss": 4.25, "perplexity": 70.0, "perplexity_of_mean_loss": 70.1,
+                            "teacher_forced_rougeL": 0.5, "copy_rougeL": 0.9, "gen_rougeL": 0.1})
+  before.save_counters(40)
+  after = StepLog(config, None, Summary(step=40), 1, None, tmp_path / "counters.json")
+  after.restore_counters(40)
+  s = after.summary
+  assert (s.train_loss, s.val_loss, s.val_perplexity, s.rougeL, s.copy_rougeL, s.gen_rougeL) == (
+      4.5, 4.25, 70.0, 0.5, 0.9, 0.1)

@@ -171,6 +171,21 @@ def test_a_run_killed_during_an_eval_redoes_it_on_resume(tmp_path, capsys, monke
 
 
 @pytest.mark.slow
+def test_a_run_killed_before_its_first_checkpoint_landed_shows_each_step_once(tmp_path, reference, env):
+  """Its event files stay; the rerun starts at step 0 and logs steps 1, 2, ... again, which
+  TensorBoard showed twice (a line running back from the last step to the first)."""
+  workdir = tmp_path / "run"
+  shutil.copytree(reference, workdir)
+  shutil.rmtree(workdir / "checkpoints")
+  (workdir / "summary.json").unlink()
+  run(workdir, "--config.train.steps=10", env=env)
+  acc = event_accumulator.EventAccumulator(str(workdir), size_guidance={"scalars": 0})
+  acc.Reload()
+  assert [e.step for e in acc.Scalars("train/loss")] == list(range(1, 11))
+  assert [e.step for e in acc.Scalars("eval/loss")] == [0, 10]
+
+
+@pytest.mark.slow
 def test_a_finished_run_is_left_as_it_is_and_another_train_steps_needs_extend(tmp_path, reference, capsys):
   """Another model is refused as on resuming (it printed "finished" and exited 0)."""
   workdir = tmp_path / "run"

@@ -28,8 +28,9 @@ tensorboardX = _import_tensorboardx()
 class Writer:
   """Scalars and text as TensorBoard event files (tensorboardX: no TensorFlow needed).
 
-  Inactive off process 0. `purge_step` (the first step of a resumed run) makes TensorBoard
-  drop whatever an interrupted run wrote from that step on, so no step appears twice.
+  Inactive off process 0. `purge_step` (the first step a run logs: a resumed run's, or 0 for a
+  fresh start after a run killed before its first checkpoint) makes TensorBoard drop whatever
+  an interrupted run wrote from that step on, so no step appears twice.
   A bucket logdir gets the files at each `sync` and at `close` (nplace.runtime.workdirs.EventSync).
   """
 

@@ -113,18 +113,45 @@ def restore_together(mngrs, abstract_state, shardings, data_iterators, model_con
     raise ConfigError("checkpoint", {str(m.directory): sorted(h) for m, h in zip(mngrs, held)},
                       "these runs hold checkpoints at no common step: resume them as they were started "
                       "(the same --batch)")
+  broken = []  # (manager, step) of the checkpoints that did not restore
   for step in sorted(common, reverse=True):
-    try:
-      states = [_restore(mngr, step, target, it, model_config)
-                for mngr, it, model_config in zip(mngrs, data_iterators, model_configs)]
-    except ConfigError:
-      raise
-    except Exception as e:  # a partial or corrupted checkpoint: report it, fall back to the previous one
-      print(f"warning: checkpoint {step} failed to restore ({why_not(e)}); trying an older one",
-            file=sys.stderr, flush=True)
-      continue
-    return states, step
+    states = []
+    for mngr, it, model_config in zip(mngrs, data_iterators, model_configs):
+      try:
+        states.append(_restore(mngr, step, target, it, model_config))
+      except ConfigError:
+        raise
+      except Exception as e:  # a partial or corrupted checkpoint: report it, fall back to the previous one
+        print(f"warning: checkpoint {step} failed to restore ({why_not(e)}); trying an older one",
+              file=sys.stderr, flush=True)
+        broken.append((mngr, step))
+        break
+    else:
+      _set_aside(broken)
+      return states, step
+  _set_aside(broken)
   return [], 0
+
+
+def _set_aside(broken) -> None:
+  """Renames each checkpoint that did not restore to `<step>.unrestorable` (orbax lists it no more):
+  the run trains that step again, and its save there would otherwise be skipped as already held,
+  leaving the broken one the run's newest at its end."""
+  for mngr in {id(m): m for m, _ in broken}.values():
+    if jax.process_index() == 0:
+      for step in [s for m, s in broken if m is mngr]:
+        path = mngr.directory / str(step)
+        aside = mngr.directory / f"{step}.unrestorable"
+        n = 1
+        while aside.exists():
+          aside, n = mngr.directory / f"{step}.unrestorable.{n}", n + 1
+        path.rename(aside)
+        print(f"warning: set the checkpoint that did not restore aside, as {aside}", file=sys.stderr, flush=True)
+  if broken and jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices("nplace: unrestorable checkpoints set aside")
+  for mngr in {id(m): m for m, _ in broken}.values():
+    mngr.reload()
 
 
 _RESTORED_DIRECTORIES: set[str] = set()  # checkpoint directories this process restores from

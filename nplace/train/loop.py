@@ -195,7 +195,9 @@ def _run(cell, meta, progress, is_main) -> None:
   peak = chips.peak_flops(cell.mesh.devices.flat[0].device_kind, config.train.peak_flops)
   mfu_per_tps = model_info(config)["flops_per_token"] / (peak * cell.mesh.size) if peak else None
   for run in cell.runs:
-    run.writer = Writer(run.workdir, purge_step=start + 1 if start else None, active=is_main)
+    # a fresh start purges from step 0: a run killed before its first checkpoint landed may have
+    # logged steps that this one logs again
+    run.writer = Writer(run.workdir, purge_step=start + 1 if start else 0, active=is_main)
     if not start:
       run.writer.text("config", f"```\n{run.config.to_json_best_effort(indent=2)}\n```")
     run.summary = Summary(step=start, frequency_loss=meta["frequency_loss"], entropy_rate=meta.get("entropy_rate"),

@@ -33,6 +33,7 @@ def field(doc: str, default=None, counter: bool = False, eval_name: str | None =
   """A summary field. `counter`: carried over a resume (saved with every checkpoint);
   `eval_name`: the name an evaluation result has before it is filed here; `since`: the change
   that added it after summaries had been filed (a summary without it reads it as `default`)."""
+  counter = counter or eval_name is not None  # an evaluation's results: carried as the last one's
   return dataclasses.field(default=default, metadata={"doc": doc, "counter": counter, "eval_name": eval_name,
                                                       "since": since})
 
@@ -45,7 +46,7 @@ GENERATION = "the copy baseline and generated continuations (eval.generate)"
 class Summary:
   status: str = field("completed | diverged | preempted", "completed")
   step: int = field("the last step run", 0)
-  train_loss: float | None = field("train loss at the last step")
+  train_loss: float | None = field("train loss at the last step", counter=True)
   val_loss: float | None = field("validation loss at the last evaluation", eval_name="loss")
   frequency_loss: float | None = field("the data's frequency loss: unigram cross-entropy on the validation split")
   entropy_rate: float | None = field("the synthetic language's entropy rate (the best achievable loss); None for text")
@@ -71,18 +72,20 @@ class Summary:
   bertscore_r: float | None = field("teacher-forced BERTScore recall", eval_name="teacher_forced_bertscore_r")
   bertscore_f1: float | None = field("teacher-forced BERTScore F1", eval_name="teacher_forced_bertscore_f1")
   copy_rouge1: float | None = field("ROUGE-1 F of the input tokens themselves against the targets: the "
-                                    "teacher-forced score of a model that copies its input", since=GENERATION)
-  copy_rouge2: float | None = field("copy baseline's ROUGE-2 F", since=GENERATION)
-  copy_rougeL: float | None = field("copy baseline's ROUGE-L F", since=GENERATION)
+                                    "teacher-forced score of a model that copies its input", since=GENERATION,
+                                    counter=True)
+  copy_rouge2: float | None = field("copy baseline's ROUGE-2 F", since=GENERATION, counter=True)
+  copy_rougeL: float | None = field("copy baseline's ROUGE-L F", since=GENERATION, counter=True)
   gen_decoding: str | None = field("how the gen_* continuations were decoded (greedy; prompt, generated and "
                                    "sequence counts); None when off (eval.generate)", since=GENERATION)
   gen_rouge1: float | None = field("ROUGE-1 F of the greedy continuation of each validation sequence's first "
-                                   "half against its second half", since=GENERATION)
-  gen_rouge2: float | None = field("generated ROUGE-2 F", since=GENERATION)
-  gen_rougeL: float | None = field("generated ROUGE-L F", since=GENERATION)
-  gen_bertscore_p: float | None = field("generated BERTScore precision (eval.bertscore_model)", since=GENERATION)
-  gen_bertscore_r: float | None = field("generated BERTScore recall", since=GENERATION)
-  gen_bertscore_f1: float | None = field("generated BERTScore F1", since=GENERATION)
+                                   "half against its second half", since=GENERATION, counter=True)
+  gen_rouge2: float | None = field("generated ROUGE-2 F", since=GENERATION, counter=True)
+  gen_rougeL: float | None = field("generated ROUGE-L F", since=GENERATION, counter=True)
+  gen_bertscore_p: float | None = field("generated BERTScore precision (eval.bertscore_model)", since=GENERATION,
+                                        counter=True)
+  gen_bertscore_r: float | None = field("generated BERTScore recall", since=GENERATION, counter=True)
+  gen_bertscore_f1: float | None = field("generated BERTScore F1", since=GENERATION, counter=True)
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
