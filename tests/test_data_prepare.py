@@ -2,6 +2,7 @@
 import gzip
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -230,10 +231,14 @@ def run_prepare(capsys, *argv):
 
 
 def test_undecodable_bytes_are_replaced_and_counted(tmp_path, capsys):
-  f = tmp_path / "bad.txt"
+  f = tmp_path / "my corpus" / "bad.txt"
+  f.parent.mkdir()
   f.write_bytes(b"valid text, then \xff\xfe and \xc3 more text to fill windows " * 2)
-  code, _, err = run_prepare(capsys, "--source", f"text:{f}", "--out", str(tmp_path / "out"))
+  code, out, err = run_prepare(capsys, "--source", f"text:{f}", "--out", str(tmp_path / "out"))
   assert code == 0 and "replaced 6 undecodable bytes" in err and str(f) in err
+  # the flags it prints paste into a shell as they are, a path with a space included
+  flags = shlex.split(out.splitlines()[-1].split(" with ", 1)[1].split(": training reads", 1)[0])
+  assert flags == [f"--config.data.source=text:{f}", "--config.data.tokenizer=byte"]
   meta = P.read_meta(tmp_path / "out")
   assert meta["replaced_bytes"] == 6
   text = tokenizers.ByteTokenizer().decode(all_tokens(tmp_path / "out"))

@@ -4,6 +4,8 @@ the cache directory the trainer reads (config.data.cache_dir, else $NPLACE_CACHE
 ~/.cache/nplace/data); `nplace prepare --config experiments/tiny.py` prepares a run's data
 ahead of it. A run names the source, never a directory: the command prints the flags that train
 on it."""
+import shlex
+
 from absl import flags
 
 from nplace.commands.flags import Command
@@ -59,9 +61,8 @@ def main(argv):
 def _how_to_train(data, out: bool) -> str:
   """The flags that train on these tokens: a run names the source, not a directory (the trainer
   reads the cache, keyed by the source and tokenizer)."""
-  flags = f"--config.data.source={data.source} --config.data.tokenizer={data.tokenizer}"
-  if data.cache_dir:
-    flags += f" --config.data.cache_dir={data.cache_dir}"
+  flags = shlex.join([f"--config.data.source={data.source}", f"--config.data.tokenizer={data.tokenizer}",
+                      *([f"--config.data.cache_dir={data.cache_dir}"] if data.cache_dir else [])])
   if out:
     return (f"train on this source with {flags}: training reads it from the cache (prepared there on first use, or "
             "ahead of it by `nplace prepare` without --out), not from --out")
