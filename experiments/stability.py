@@ -186,7 +186,8 @@ PROTOCOL_V4_FIXED = Protocol(
     rates=(FixedRate(TUNED_LR, "Pre-LN's tuned rate", "the middle of the rates where protocol 2's depth-12 "
                                                       "Pre-LN learned best"),
            FixedRate(EDGE_LR, "Pre-LN's edge rate", "the pilot's rate whose Pre-LN failure fraction is nearest "
-                                                    "one half (`edge_rate`), on seeds the test does not use")),
+                                                    "one half, of tied rates the lowest at which some seed failed "
+                                                    "(`edge_rate`), on seeds the test does not use")),
     claims=_fixed_rate_claims(EDGE_LR))
 PROTOCOL_V4_EMBED = Protocol(
     **V4, kind=STABILITY_SWEEP, arms={k: ARMS_V4[k] for k in ("Pre-LN", "Peri-LN", PRE_EMBED)},
