@@ -13,6 +13,7 @@ import pytest
 from nplace.commands import info, main
 from nplace.config import base_config
 from nplace.placements import PLACEMENTS
+from nplace.runtime import workdirs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GPT2 = str(ROOT / "experiments/gpt2.py")
@@ -198,6 +199,24 @@ def test_an_unwritable_output_fails_in_one_line_before_the_work(argv, heavy, cap
   code, out, err = run_main(capsys, *argv)
   assert code == 2 and out == ""
   assert err.startswith(f"nplace {argv[0]}: {flag} {UNWRITABLE}: cannot write there (") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("target", ["summary.json", "counters.json", "events.out.tfevents.1.vm.from0",
+                                    "checkpoints/4/config/metadata"])
+def test_an_output_file_never_replaces_a_file_of_the_run(target, tmp_path, capsys, monkeypatch):
+  """`--json RUN/summary.json` replaced the run's summary (a checkpoint's metadata: the run no
+  longer restored). A file of one's own beside them is fine."""
+  run = tmp_path / "run"
+  for name in ("summary.json", "counters.json", "data.json", "events.out.tfevents.1.vm.from0",
+               "checkpoints/4/config/metadata"):
+    (run / name).parent.mkdir(parents=True, exist_ok=True)
+    (run / name).write_text("kept")
+  monkeypatch.setattr("nplace.commands.eval.evaluate_checkpoint", lambda *a, **k: pytest.fail("evaluated"))
+  code, out, err = run_main(capsys, "eval", "--workdir", str(run), "--json", str(run / target))
+  assert code == 2 and out == "" and err == (f"nplace eval: --json {run / target}: a file nplace keeps in the run "
+                                             f"directory {run}: name another file\n")
+  assert all(p.read_text() == "kept" for p in run.rglob("*") if p.is_file())
+  workdirs.check_writable(workdirs.resolve(run / "eval.json"), "--json", file=True)
 
 
 @pytest.mark.parametrize("argv", [

@@ -56,6 +56,22 @@ def write_atomic(path: epath.Path, content: str | bytes) -> None:
   tmp.replace(path)
 
 
+# The files nplace keeps in a run directory (one holding checkpoints/) or a sweep's (sweep.json)
+# beside its checkpoints and event files: an output file of a command never replaces one.
+RUN_FILES = ("summary.json", "counters.json", "data.json", "sweep.json")
+
+
+def _a_runs_own(path: epath.Path) -> epath.Path | None:
+  """The run or sweep directory whose own file `path` is (one of RUN_FILES, an event file, or
+  anything under its checkpoints/), or None."""
+  for directory in path.parents:
+    if directory.name == "checkpoints" and any((directory.parent / f).exists() for f in RUN_FILES):
+      return directory.parent
+  own = path.name in RUN_FILES or path.name.startswith("events.out.tfevents.")
+  where = path.parent
+  return where if own and ((where / "checkpoints").is_dir() or (where / "sweep.json").is_file()) else None
+
+
 def check_writable(path: epath.Path, flag: str = "--workdir", file: bool = False) -> None:
   """UsageError (one line naming `flag` and the path) unless a command can write there: the
   directory `path` (or with `file`, the file `path`). In a bucket, a small object is written
@@ -63,6 +79,9 @@ def check_writable(path: epath.Path, flag: str = "--workdir", file: bool = False
   checkpoint); locally, a temporary file is created and deleted in the nearest existing
   directory (as root `os.access` says yes even for /proc). Creates nothing that stays."""
   where = path.parent if file else path
+  run = _a_runs_own(path) if file else None
+  if run is not None:
+    raise UsageError(f"{flag} {path}: a file nplace keeps in the run directory {run}: name another file")
   if is_remote(path):
     probe = where / f".nplace-write-check.{socket.gethostname()}.{os.getpid()}"
     try:
