@@ -1,4 +1,4 @@
-"""Why plain Peri-LN learns nothing at GPT-2's init: the embedding, not the biases or eps.
+"""Why plain Peri-LN learns slowly at GPT-2's init: the embedding, not the biases or eps.
 
 At GPT-2's init the token embedding has std 0.02 while each of the 2L branch outputs leaves its
 output norm at rms ~1, so the stream is the branches' sum and the token identity is drowned.
