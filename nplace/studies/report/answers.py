@@ -85,9 +85,13 @@ def _elsewhere(found, j, v, word=lambda verdict: f"**{verdict}**", link=True, jo
   return "".join(f"{joiner}{word(verdict)} on {' and '.join(where)}" for verdict, where in others.items())
 
 
-def _verdict_cell(found, j, v) -> str:
+def _cautions(j, v) -> str:
   marks = j.marks.get(v.claim.id, [])
-  return f"**{v.verdict}**" + (f" ({', '.join(marks)})" if marks else "") + _elsewhere(found, j, v)
+  return f" ({', '.join(marks)})" if marks else ""
+
+
+def _verdict_cell(found, j, v) -> str:
+  return f"**{v.verdict}**" + _cautions(j, v) + _elsewhere(found, j, v)
 
 
 def rows(judged) -> list[list[str]]:
@@ -124,8 +128,7 @@ def takeaway(judged) -> str:
   for question, claims in TAKEAWAY:
     answers = []
     for j, v in (first[c] for c in claims if c in first):
-      marks = j.marks.get(v.claim.id, [])
-      answers.append(f"{v.claim.statement}{_seen(j)}: {plain(v.verdict)}" + (f" ({', '.join(marks)})" if marks else "")
+      answers.append(f"{v.claim.statement}{_seen(j)}: {plain(v.verdict)}{_cautions(j, v)}"
                      + _elsewhere(found, j, v, plain, link=False, joiner=", but "))
     if answers:
       parts.append(f"*{question}?* " + "; ".join(answers) + ".")
