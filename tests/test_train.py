@@ -206,6 +206,11 @@ def test_a_finished_run_is_left_as_it_is_and_another_train_steps_needs_extend(tm
   assert train("--config.train.steps=50", "--extend") == 0
   assert "resumed from step 40" in capsys.readouterr().out
   assert summary(workdir)["step"] == 50 and summary(workdir)["status"] == "completed"
+  # TensorBoard's text tab shows the config each segment trained with, at its first step
+  acc = event_accumulator.EventAccumulator(str(workdir), size_guidance={"tensors": 0})
+  acc.Reload()
+  configs = {e.step: e.tensor_proto.string_val[0].decode() for e in acc.Tensors("config/text_summary")}
+  assert sorted(configs) == [0, 41] and '"steps": 50' in configs[41] and '"steps": 40' in configs[0]
 
 
 @pytest.mark.slow

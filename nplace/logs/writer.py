@@ -84,9 +84,9 @@ class Writer:
         if value is not None:
           self.summary.add_scalar(tag, float(value), step)
 
-  def text(self, tag: str, text: str):
+  def text(self, tag: str, text: str, step: int = 0):
     if self.summary:
-      self.summary.add_text(tag, text, 0)
+      self.summary.add_text(tag, text, step)
 
   def sync(self):
     """Everything written so far reaches the workdir (with each checkpoint: a run killed after it

@@ -197,9 +197,10 @@ def _run(cell, meta, progress, is_main) -> None:
   for run in cell.runs:
     # a fresh start purges from step 0: a run killed before its first checkpoint landed may have
     # logged steps that this one logs again
-    run.writer = Writer(run.workdir, purge_step=start + 1 if start else 0, active=is_main)
-    if not start:
-      run.writer.text("config", f"```\n{run.config.to_json_best_effort(indent=2)}\n```")
+    first = start + 1 if start else 0
+    run.writer = Writer(run.workdir, purge_step=first, active=is_main)
+    # at each (re)start: an extended run, or one resumed with other settings, shows what it trains on
+    run.writer.text("config", f"```\n{run.config.to_json_best_effort(indent=2)}\n```", first)
     run.summary = Summary(step=start, frequency_loss=meta["frequency_loss"], entropy_rate=meta.get("entropy_rate"),
                           rouge_text=evaluator.rouge_text, gen_decoding=evaluator.decoding)
     run.log = StepLog(run.config, run.writer, run.summary, config.train.batch_size * config.data.seq_len,
