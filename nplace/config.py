@@ -191,9 +191,9 @@ class OptimConfig(Section):
   lr: float = key(6e-4, "peak learning rate")
   min_lr_ratio: float = key(0.1, "cosine decays to lr * min_lr_ratio at the last step")
   warmup_steps: int = key(100, "linear warmup from 0")
-  b1: float = key(0.9, "AdamW beta1")
-  b2: float = key(0.95, "AdamW beta2")
-  eps: float = key(1e-8, "AdamW epsilon")
+  b1: float = key(0.9, "AdamW beta1, in [0, 1)")
+  b2: float = key(0.95, "AdamW beta2, in [0, 1)")
+  eps: float = key(1e-8, "AdamW epsilon (> 0)")
   weight_decay: float = key(0.1, "decoupled weight decay; 0 = off")
   decay_norms: bool = key(False, "apply weight decay to norm gains and biases")
   decay_biases: bool = key(False, "apply weight decay to linear-layer biases")
@@ -427,7 +427,8 @@ def profile_window(t) -> tuple[int, int] | None:
   if t.profile_steps is None:
     return None
   first, _, last = t.profile_steps.partition(",")
-  if not (first.strip().isdigit() and last.strip().isdigit() and 1 <= int(first) <= int(last) <= t.steps):
+  # isdecimal, not isdigit: '²' is a digit int() does not read (a ValueError traceback)
+  if not (first.strip().isdecimal() and last.strip().isdecimal() and 1 <= int(first) <= int(last) <= t.steps):
     raise ConfigError("train.profile_steps", t.profile_steps,
                       f"must be START,STOP with 1 <= START <= STOP <= train.steps={t.steps}")
   return int(first), int(last)
@@ -449,19 +450,38 @@ def _validate_training(config) -> None:
   _positive("checkpoint.every", config.checkpoint.every)
   _positive("checkpoint.keep", config.checkpoint.keep)
   _positive("optim.lr", o.lr)
-  for key in ("warmup_steps", "weight_decay", "clip_norm", "eps"):
+  for key in ("warmup_steps", "weight_decay", "clip_norm"):
     if not 0 <= o[key] < math.inf:
       raise ConfigError(f"optim.{key}", o[key], "must be >= 0" if math.isfinite(o[key]) else "must be finite")
-  for key in ("min_lr_ratio", "b1", "b2"):
-    if not 0 <= o[key] <= 1:
-      raise ConfigError(f"optim.{key}", o[key], "must be in [0, 1]")
+  # eps = 0: a parameter whose gradient is exactly 0 (the position rows past data.seq_len) gets
+  # Adam's 0/0, a NaN the loss never shows, and the run ends "completed"
+  _positive("optim.eps", o.eps)
+  if not 0 <= o.min_lr_ratio <= 1:
+    raise ConfigError("optim.min_lr_ratio", o.min_lr_ratio, "must be in [0, 1]")
+  for key in ("b1", "b2"):  # 1: Adam's bias correction divides by 1 - b^t = 0, a NaN update at step 1
+    if not 0 <= o[key] < 1:
+      raise ConfigError(f"optim.{key}", o[key], "must be in [0, 1)")
   sizes = {axis: config.mesh[axis] for axis in ("data", "fsdp", "tensor")}
   for axis, size in sizes.items():
     if size == 0 or size < -1:
       raise ConfigError(f"mesh.{axis}", size, "must be positive, or -1 to fill")
   if list(sizes.values()).count(-1) > 1:
     raise ConfigError("mesh", sizes, "at most one axis may be -1")
+  _validate_rules(config.mesh.rules)
   _validate_distributed(config.distributed)
+
+
+def _validate_rules(rules) -> None:
+  """mesh.rules: (logical axis, mesh axes) pairs, the mesh axes None, one of data, fsdp, tensor, or
+  a tuple of them (a bad rule failed at startup in a traceback, unpacking it or looking its axis up)."""
+  axes = ("data", "fsdp", "tensor")
+  ok = lambda m: m is None or m in axes or (isinstance(m, (list, tuple)) and all(a in axes for a in m))
+  if not isinstance(rules, (list, tuple)):
+    raise ConfigError("mesh.rules", rules, "must be (logical axis, mesh axes) pairs, as nplace/config.py: RULES")
+  for rule in rules:
+    if not (isinstance(rule, (list, tuple)) and len(rule) == 2 and isinstance(rule[0], str) and ok(rule[1])):
+      raise ConfigError("mesh.rules", rule, f"each rule must be (logical axis, mesh axes), the mesh axes None, "
+                        f"one of {', '.join(axes)} or a tuple of them")
 
 
 def _validate_distributed(d) -> None:

@@ -63,8 +63,15 @@ def run_main(capsys, *argv):
     ("--config.data.synthetic_seed=-1", "data.synthetic_seed"),
     ("--config.optim.lr=inf", "optim.lr"),
     ("--config.optim.weight_decay=nan", "optim.weight_decay"),
+    ("--config.optim.b1=1", "optim.b1"),  # Adam's bias correction 1 - b1^t = 0: the run "diverges" at step 2
+    ("--config.optim.b2=1", "optim.b2"),
+    ("--config.optim.eps=0", "optim.eps"),  # 0/0 in every parameter with a zero gradient: NaN, run "completed"
+    ("--config.train.profile_steps=²,³", "train.profile_steps"),  # str.isdigit, but not int()'s: a traceback
     ("--config.model.dt=inf", "model.dt"),
     ("--config.distributed.num_processes=0", "distributed.num_processes"),
+    ("--config.mesh.rules=foo", "mesh.rules"),  # each a traceback at startup
+    ("--config.mesh.rules=(('batch','nope'),)", "mesh.rules"),
+    ("--config.mesh.rules=((1,2),)", "mesh.rules"),
     ("--config.distributed.process_id=2 --config.distributed.num_processes=2", "distributed.process_id"),
     ("--config.distributed.coordinator_address=nohostport", "distributed.coordinator_address"),
 ])

@@ -55,3 +55,15 @@ def test_the_cpu_is_split_only_where_jax_will_run_on_it(monkeypatch, platforms, 
     assert startup.cpu_backend_only() is cpu_only
   finally:
     jax.config.update("jax_platforms", before)
+
+
+
+def test_distributed_initialize_with_no_cluster_to_join_is_one_line(tmp_path):
+  """`--config.distributed.initialize=True` where JAX detects no cluster (no TPU pod, SLURM or Open
+  MPI) and no coordinator is given: jax.distributed.initialize's ValueError was a traceback."""
+  done = subprocess.run([NPLACE, "train", "--config", str(ROOT / "experiments/tiny.py:pre"), "--workdir",
+                         str(tmp_path / "run"), "--config.distributed.initialize=True"],
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
+  assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-3000:]
+  assert done.stderr.startswith("nplace train: config error: distributed.initialize=True: "
+                                "jax.distributed.initialize: coordinator_address should be defined."), done.stderr

@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -324,6 +325,28 @@ def test_bad_training_config_is_one_line_before_compiling(tmp_path, capsys, over
   err = capsys.readouterr().err
   assert code == 2 and err.count("\n") == 1 and key in err, err
   assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("override", ["--config.data.val_fraction=0.5", "--config.data.seq_len=8"])
+def test_a_resume_on_another_split_or_window_is_refused(tmp_path, capsys, override):
+  """A resume with another data.val_fraction trained on, and evaluated on, tokens its first steps
+  had held out or trained on (the tokens' hash is the same): it said "resumed from step N"."""
+  import orbax.checkpoint as ocp
+  from nplace.commands import train
+  from nplace.train import checkpoint
+  argv = ["--workdir", str(tmp_path / "run"), *SMALL, f"--config.data.cache_dir={tmp_path}", "--config.train.steps=4"]
+  config = train.config_of(shlex.join(["nplace", "train", *argv]))
+  mngr = checkpoint.manager(tmp_path / "run", config.checkpoint)  # a checkpoint's config is what the check reads
+  mngr.save(2, args=ocp.args.Composite(config=ocp.args.JsonSave(config.to_dict())))
+  mngr.wait_until_finished()
+  mngr.close()
+  before = sorted((p, p.read_bytes() if p.is_file() else None) for p in (tmp_path / "run").rglob("*"))
+  key, _, value = override.removeprefix("--config.").partition("=")
+  assert main.main(["train", *argv, override]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"nplace train: config error: {key}={float(value) if '.' in value else int(value)!r}: "
+                        f"{tmp_path / 'run'} holds a run trained with {key}=") and err.count("\n") == 1, err
+  assert sorted((p, p.read_bytes() if p.is_file() else None) for p in (tmp_path / "run").rglob("*")) == before
 
 
 def test_train_needs_a_workdir(capsys):

@@ -98,8 +98,13 @@ def prepare_process(config) -> None:
   if d.num_processes:  # it waits until every process has joined, silently: say what for
     print(f"waiting for {d.num_processes} processes at {d.coordinator_address or 'the auto-detected coordinator'} "
           "(jax.distributed.initialize)", file=sys.stderr, flush=True)
-  jax.distributed.initialize(coordinator_address=d.coordinator_address,
-                             num_processes=d.num_processes, process_id=d.process_id)
+  try:
+    jax.distributed.initialize(coordinator_address=d.coordinator_address,
+                               num_processes=d.num_processes, process_id=d.process_id)
+  except ValueError as e:  # what it could not detect here (no TPU pod, SLURM or Open MPI): a traceback before
+    raise ConfigError("distributed.initialize", True, f"jax.distributed.initialize: {str(e).strip()} (outside a TPU "
+                      "pod, SLURM or Open MPI, set distributed.coordinator_address, num_processes and "
+                      "process_id)") from None
   check_same_config(config)
 
 

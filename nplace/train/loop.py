@@ -74,17 +74,30 @@ def _finished(run) -> Summary | None:
   return summary if done else None
 
 
-def _check_steps(run, extend: bool) -> None:
-  """ConfigError (one line) when the run's newest checkpoint was saved by a run of another
-  train.steps, unless `extend` (and it is not past the new last step): its learning-rate schedule
-  was set for those steps, so training it on is not a fresh run of these."""
+# The keys that cut the tokens into the run's train and validation windows: a resume under others
+# trained on, and evaluated on, other windows (the tokens' hash in data.json is the same).
+SPLIT_KEYS = ("data.val_fraction", "data.seq_len")
+
+
+def _check_resume(run, extend: bool) -> None:
+  """ConfigError (one line) when the run's newest checkpoint was saved by a run of other SPLIT_KEYS,
+  or of another train.steps unless `extend` (and it is not past the new last step): its
+  learning-rate schedule was set for those steps, so training it on is not a fresh run of these."""
   step, steps = run.mngr.latest_step(), run.config.train.steps
   if not step:  # none, or step 0 (a converted or initialised model): nothing trained on a schedule yet
     return
   try:
-    saved = checkpoint.saved_config(run.mngr, step)["train"]["steps"]
+    config = checkpoint.saved_config(run.mngr, step)
+    saved = config["train"]["steps"]
   except Exception:  # a checkpoint that does not read: restoring walks back past it and says so
     return
+  for key in SPLIT_KEYS:  # --extend or not: the run's data is not the new config's
+    section, _, field = key.partition(".")
+    was, now = config.get(section, {}).get(field), run.config[section][field]
+    if was is not None and was != now:
+      raise ConfigError(key, now, f"{run.workdir} holds a run trained with {key}={was!r} (checkpoint at step {step}): "
+                        "resumed, the run would train on and be evaluated on other windows of the tokens (another "
+                        "split puts trained tokens in the validation set): give it its value, or use another directory")
   where = f"{run.workdir} holds a run started with train.steps={saved} (checkpoint at step {step})"
   if step > steps:
     raise ConfigError("train.steps", steps, f"{where}, past this run's last step: use another directory")
@@ -116,7 +129,7 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
   over their stacked states, see nplace/train/cell.py) each in its workdir `run_dirs[name]`;
   returns what each writes to its summary.json. Runs that have all finished are left as they
   are (their summaries returned); a run whose checkpoint has another train.steps is refused
-  unless `extend` (`_check_steps`)."""
+  unless `extend` (`_check_resume`)."""
   config = next(iter(configs.values()))
   runs = [Run(name, c, workdirs.resolve(run_dirs[name])) for name, c in configs.items()]
   for run in runs:  # a missing bucket or read-only directory: one line, before anything starts
@@ -144,7 +157,7 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
     run.mngr = checkpoint.manager(run.workdir, run.config.checkpoint)
   try:
     for run in runs:
-      _check_steps(run, extend)
+      _check_resume(run, extend)
       _check_data(run, meta, is_main)
     _run(cell, meta, progress, is_main)
   finally:  # also after an error: no save is left writing (nplace sweep goes on to the next trial)
