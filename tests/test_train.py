@@ -317,11 +317,12 @@ def test_tensorboard_server_serves_the_scalars(reference):
     ("--config.train.eval_batches=100000", "train.eval_batches"),
     ("--config.train.grad_accum=3", "train.grad_accum"),
     ("--config.train.on_divergence=ignore", "train.on_divergence"),
+    ("--config.probe.every=2 --config.probe.batch_size=100000", "probe.batch_size"),  # refused after init, files left
 ])
 def test_bad_training_config_is_one_line_before_compiling(tmp_path, capsys, override, key):
   from nplace.commands import main
   code = main.main(["train", "--workdir", str(tmp_path / "run"), *SMALL, f"--config.data.cache_dir={tmp_path}",
-                   override])
+                   *override.split()])
   err = capsys.readouterr().err
   assert code == 2 and err.count("\n") == 1 and key in err, err
   assert not (tmp_path / "run" / "checkpoints").exists()

@@ -88,20 +88,24 @@ class Evaluator:
     return {prefix + name: value for name, value in out.items()}
 
 
-def check_eval_batches(config, meta) -> None:
-  """ConfigError unless the validation split (of the prepared data's `meta`) holds
-  `train.eval_batches` batches."""
+def check_validation_split(config, meta) -> None:
+  """ConfigError unless the validation split (of the prepared data's `meta`) holds what reads it:
+  `train.eval_batches` batches, and with probes on, the probe suite's `probe.batch_size` rows."""
   windows = sum((n - 1) // config.data.seq_len for _, n in meta["shards"]["val"])
+  size = f"(data.val_fraction={config.data.val_fraction} sets its size)"
   if config.train.eval_batches * config.train.batch_size > windows:
     raise ConfigError("train.eval_batches", config.train.eval_batches,
                       f"the validation split holds {windows // config.train.batch_size} batches of "
-                      f"{config.train.batch_size} (data.val_fraction={config.data.val_fraction} sets its size)")
+                      f"{config.train.batch_size} {size}")
+  if config.probe.every and config.probe.batch_size > windows:
+    raise ConfigError("probe.batch_size", config.probe.batch_size,
+                      f"the validation split holds {windows} sequences of {config.data.seq_len} tokens {size}")
 
 
 def evaluate_checkpoint(config, workdir, step=None) -> dict:
   """The summary-named eval numbers of a checkpoint, on one device; plus `step`, `rouge_text`
   and `gen_decoding`."""
-  check_eval_batches(config, prepare.read_meta(prepare.prepared_dir(config.data)))
+  check_validation_split(config, prepare.read_meta(prepare.prepared_dir(config.data)))
   params, step = checkpoint.restore_params(config, workdir, step)
   evaluator = Evaluator(config, jax.jit(steps.make_eval_step(config)), lambda b: b,
                         config.train.batch_size, active=True)

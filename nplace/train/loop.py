@@ -148,7 +148,7 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
   cell = Cell(runs, devices)  # ConfigError on an uneven split, or runs that cannot share a program
   sharding.check_batch(cell.mesh.shape, config)
   meta = prepare.read_meta(prepare.prepared_dir(config.data))
-  evaluation.check_eval_batches(config, meta)
+  evaluation.check_validation_split(config, meta)
   tokens = config.train.batch_size * config.data.seq_len
   labels = labels_of(run.name for run in runs)  # in a sweep: its trials' short labels
   every = lines_every(config.train.log_every, config.train.steps) if labels else 1
