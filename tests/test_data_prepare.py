@@ -83,13 +83,16 @@ def test_frequency_loss_and_counts_match_the_shards(tmp_path):
 
 def test_synthetic_meta_from_the_command_line(tmp_path, capsys):
   out = tmp_path / "syn"
-  argv = ["prepare", "--source", "synthetic", "--tokenizer", "byte", "--out", str(out)]
+  # without --config, a --config.KEY override applies to the base config (it was an unknown flag)
+  argv = ["prepare", "--source", "synthetic", "--tokenizer", "byte", "--out", str(out),
+          "--config.data.val_fraction=0.02"]
   assert main.main(argv) == 0
   meta = json.loads((out / "meta.json").read_text())
   assert meta["entropy_rate"] < meta["bigram_entropy"] < meta["unigram_entropy"]
   # The exact unigram entropy is the frequency loss of an infinite sample.
   assert meta["frequency_loss"] == pytest.approx(meta["unigram_entropy"], abs=0.02)
   assert sum(meta["tokens"].values()) == base_config().data.synthetic_tokens
+  assert meta["tokens"]["val"] == pytest.approx(0.02 * base_config().data.synthetic_tokens, rel=0.01)
   out_text = capsys.readouterr().out
   assert "entropy_rate" in out_text
   assert "train on this source with --config.data.source=synthetic --config.data.tokenizer=byte:" in out_text

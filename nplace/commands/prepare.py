@@ -8,7 +8,7 @@ import shlex
 
 from absl import flags
 
-from nplace.commands.flags import Command
+from nplace.commands.flags import Command, names_config
 from nplace.config import base_config, validate
 from nplace.data import prepare
 
@@ -39,8 +39,8 @@ COMMAND = Command("nplace prepare [--config FILE[:ARG]] [--source SRC] [--tokeni
 
 
 def main(argv):
-  fv, _ = COMMAND.parse(argv)
-  config = fv.config if fv.config is not None else base_config()
+  fv, _ = COMMAND.parse(argv, config=None if names_config(argv) else base_config())
+  config = fv.config
   for flag, field in _FLAGS.items():
     if fv[flag].value is not None:
       config.data[field] = fv[flag].value
