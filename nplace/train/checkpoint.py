@@ -11,6 +11,7 @@ import sys
 import grain
 import jax
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from nplace.config import base_config, from_saved
 from nplace.errors import ConfigError, DataError
@@ -137,22 +138,17 @@ def _set_aside(broken) -> None:
   """Renames each checkpoint that did not restore to `<step>.unrestorable` (orbax lists it no more):
   the run trains that step again, and its save there would otherwise be skipped as already held,
   leaving the broken one the run's newest at its end."""
-  for mngr in {id(m): m for m, _ in broken}.values():
-    if jax.process_index() == 0:
-      for step in [s for m, s in broken if m is mngr]:
-        path = mngr.directory / str(step)
-        aside = mngr.directory / f"{step}.unrestorable"
-        n = 1
-        while aside.exists():
-          aside, n = mngr.directory / f"{step}.unrestorable.{n}", n + 1
-        path.rename(aside)
-        print(f"warning: set the checkpoint that did not restore aside, as {aside}", file=sys.stderr, flush=True)
+  if jax.process_index() == 0:
+    for mngr, step in broken:
+      aside, n = mngr.directory / f"{step}.unrestorable", 1
+      while aside.exists():
+        aside, n = mngr.directory / f"{step}.unrestorable.{n}", n + 1
+      (mngr.directory / str(step)).rename(aside)
+      print(f"warning: set the checkpoint that did not restore aside, as {aside}", file=sys.stderr, flush=True)
   if broken and jax.process_count() > 1:
-    from jax.experimental import multihost_utils
     multihost_utils.sync_global_devices("nplace: unrestorable checkpoints set aside")
   for mngr in {id(m): m for m, _ in broken}.values():
     mngr.reload()
-
 
 _RESTORED_DIRECTORIES: set[str] = set()  # checkpoint directories this process restores from
 
