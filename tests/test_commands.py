@@ -57,6 +57,7 @@ def run_main(capsys, *argv):
     ("--config.probe.early_every=25", "probe.early_every"),
     ("--config.probe.early_until=500", "probe.early_until"),
     ("--config.model.bogus=1", "bogus"),
+    ("--config.model.n_layer.x=3", "no such config key 'model.n_layer.x' (in --config.model.n_layer.x=3)"),
     ("--config.model.n_layer=abc", "model.n_layer"),
     ("--config.seed=-1", "seed"),
     ("--config.seed=4294967296", "seed"),

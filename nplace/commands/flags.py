@@ -5,6 +5,7 @@ Bad input ends as a UsageError (one line, exit code 2) before anything is built 
 """
 import dataclasses
 import pathlib
+import re
 import sys
 import textwrap
 from typing import Callable
@@ -153,6 +154,9 @@ def _unknown_key(error: Exception) -> tuple[str, str]:
   while error.args and isinstance(error.args[0], Exception):
     error = error.args[0]
   first, _, hint = str(error.args[0] if error.args else error).partition("\n")
+  below_a_value = re.search(r"Attempting to lookup: (\S+)", first)  # a key under one that is not a section
+  if below_a_value:
+    return below_a_value.group(1), ""
   return first.strip("\"'"), hint[:1].lower() + hint[1:]
 
 
