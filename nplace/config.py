@@ -329,9 +329,12 @@ def variant(study: str, arg: str, builders: dict):
   return builders[arg]()
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # past it a value is inf in the float32 it is computed in
+
+
 def _positive(key: str, value):
-  if not 0 < value < math.inf:
-    raise ConfigError(key, value, "must be positive" if math.isfinite(value) else "must be finite")
+  if not 0 < value <= FLOAT32_MAX:
+    raise ConfigError(key, value, "must be positive" if value <= 0 else "must be finite in float32")
 
 
 def _choices(config) -> None:
@@ -451,8 +454,8 @@ def _validate_training(config) -> None:
   _positive("checkpoint.keep", config.checkpoint.keep)
   _positive("optim.lr", o.lr)
   for key in ("warmup_steps", "weight_decay", "clip_norm"):
-    if not 0 <= o[key] < math.inf:
-      raise ConfigError(f"optim.{key}", o[key], "must be >= 0" if math.isfinite(o[key]) else "must be finite")
+    if not 0 <= o[key] <= FLOAT32_MAX:
+      raise ConfigError(f"optim.{key}", o[key], "must be >= 0" if o[key] < 0 else "must be finite in float32")
   # eps = 0: a parameter whose gradient is exactly 0 (the position rows past data.seq_len) gets
   # Adam's 0/0, a NaN the loss never shows, and the run ends "completed"
   _positive("optim.eps", o.eps)

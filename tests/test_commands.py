@@ -69,6 +69,7 @@ def run_main(capsys, *argv):
     ("--config.optim.eps=0", "optim.eps"),  # 0/0 in every parameter with a zero gradient: NaN, run "completed"
     ("--config.train.profile_steps=²,³", "train.profile_steps"),  # str.isdigit, but not int()'s: a traceback
     ("--config.model.dt=inf", "model.dt"),
+    ("--config.model.dt=1e300", "model.dt=1e+300: must be finite in float32"),  # inf once computed
     ("--config.distributed.num_processes=0", "distributed.num_processes"),
     ("--config.mesh.rules=foo", "mesh.rules"),  # each a traceback at startup
     ("--config.mesh.rules=(('batch','nope'),)", "mesh.rules"),
