@@ -20,6 +20,7 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from conftest import free_port
 from nplace.commands import main
+from nplace.runtime import workdirs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
@@ -184,6 +185,48 @@ def test_a_run_killed_before_its_first_checkpoint_landed_shows_each_step_once(tm
   acc.Reload()
   assert [e.step for e in acc.Scalars("train/loss")] == list(range(1, 11))
   assert [e.step for e in acc.Scalars("eval/loss")] == [0, 10]
+
+
+@pytest.mark.slow
+def test_a_run_resumed_at_its_last_step_ends_as_it_had(tmp_path, capsys):
+  """Its summary.json lost (a kill between its last checkpoint and the summary, or SIGTERM at that
+  step): the rerun trains and evaluates nothing. Its summary had null losses, and the last eval,
+  off the eval grid, ran after the checkpoint and was run again (eval/* logged twice)."""
+  args = ["train", "--workdir", str(tmp_path), *SMALL, "--config.train.steps=30", "--config.checkpoint.every=10"]
+  assert main.main(args) == 0
+  first = summary(tmp_path)
+  (tmp_path / "summary.json").unlink()
+  assert main.main(args) == 0
+  assert "resumed from step 30 " in capsys.readouterr().out
+  assert {k: v for k, v in summary(tmp_path).items() if k != "tokens_per_sec"} == {
+      k: v for k, v in first.items() if k != "tokens_per_sec"}
+  acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+  acc.Reload()
+  assert [e.step for e in acc.Scalars("eval/loss")] == [0, 20, 30]
+
+
+@pytest.mark.slow
+def test_a_kill_while_summary_json_is_written_leaves_none(tmp_path, monkeypatch):
+  """Half a summary.json made the rerun refuse the run; none makes it resume (then finish)."""
+  args = ["train", "--workdir", str(tmp_path), *SMALL, "--config.train.steps=10"]
+  path_type = type(workdirs.resolve(tmp_path))
+  write_bytes = path_type.write_bytes
+  write_text = path_type.write_text
+
+  def killed_midway(write):
+    def half(self, data, *args, **kwargs):
+      if self.name.startswith("summary.json"):
+        write(self, data[:len(data) // 2])
+        raise Killed()
+      return write(self, data, *args, **kwargs)
+    return half
+  monkeypatch.setattr(path_type, "write_bytes", killed_midway(write_bytes))
+  monkeypatch.setattr(path_type, "write_text", killed_midway(write_text))
+  with pytest.raises(Killed):
+    main.main(args)
+  assert not (tmp_path / "summary.json").exists()
+  monkeypatch.undo()
+  assert main.main(args) == 0 and summary(tmp_path)["status"] == "completed"
 
 
 @pytest.mark.slow

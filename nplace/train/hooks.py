@@ -73,12 +73,17 @@ def _rouge_line(results: dict) -> str:
           f"(copy baseline {results['copy_rougeL']:.4f}){generated}")
 
 
-def eval_hook(hooks, cell, evaluator, progress, references, every):
-  """eval/* scalars and the summary's eval fields at step 0, every `every` steps and at the end
-  of a completed run: one evaluation pass for all the cell's runs."""
-  def run(step, state, due=lambda r: not r.diverged):
+def eval_hook(hooks, cell, evaluator, progress, references, every, logs):
+  """eval/* scalars and the summary's eval fields at step 0, every `every` steps and at the last
+  step of a completed run: one evaluation pass for all the cell's runs. The last step's runs in
+  that step's hooks, before its checkpoint, as every other eval does: a checkpoint on disk implies
+  its step's eval (in the event files and in the counters saved with it), so a run resumed at its
+  last step evaluates it no more (it had logged eval/* there twice)."""
+  last = cell.config.train.steps
+
+  def run(step, state):
     for r, results in zip(cell.runs, cell.evaluate(evaluator, state["params"])):
-      if not due(r):
+      if r.diverged:
         continue
       r.writer.scalars(step, {f"eval/{name}": value for name, value in results.items()} | references)
       r.summary.file_eval(results)
@@ -86,12 +91,15 @@ def eval_hook(hooks, cell, evaluator, progress, references, every):
       progress.message(f"{who}step {step} eval loss {results['loss']:.4f} perplexity {results['perplexity']:.3f}"
                        f"{_rouge_line(results)} (frequency loss {references['data/frequency_loss']:.4f})")
 
-  def final(step, state):
-    completed = lambda r: r.summary.status == "completed"
-    if step % every and any(map(completed, cell.runs)):
-      run(step, state, due=completed)
+  def periodic(step, state):
+    if step % every == 0:
+      run(step, state)
+    elif step == last:
+      logs.flush()  # the last step's divergence known: a run that diverged there is not evaluated
+      if not all(r.diverged for r in cell.runs):
+        run(step, state)
 
-  hooks.add(run, every, at_start=True, at_end=final)
+  hooks.add(periodic, every=1, at_start=True)
 
 
 def probe_hook(hooks, cell, progress):

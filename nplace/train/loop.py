@@ -165,7 +165,8 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
       run.mngr.wait_until_finished()
       run.mngr.close()
   for run in runs if is_main else ():
-    (run.workdir / "summary.json").write_text(run.summary.to_json())
+    # atomically: a kill mid-write leaves none (the rerun resumes the run) rather than half a file
+    workdirs.write_atomic(run.workdir / "summary.json", run.summary.to_json())
     who = progress.who(run.name, cell.stacked)
     progress.message(f"{who}{run.summary.status} at step {run.summary.step}: {run.summary.to_json(indent=None)}")
   return [run.summary for run in runs]
@@ -224,7 +225,7 @@ def _run(cell, meta, progress, is_main) -> None:
   logs = CellLog(cell, progress)
   loop = hooks.Hooks()
   references = {"data/frequency_loss": meta["frequency_loss"], "data/entropy_rate": meta.get("entropy_rate")}
-  hooks.eval_hook(loop, cell, evaluator, progress, references, config.train.eval_every)
+  hooks.eval_hook(loop, cell, evaluator, progress, references, config.train.eval_every, logs)
   hooks.probe_hook(loop, cell, progress)
   hooks.checkpoint_hook(loop, cell, logs)  # after a step's eval and probes: a checkpoint implies them
   hooks.profile_hook(loop, config, cell.runs[0].workdir, start, progress)
@@ -241,7 +242,7 @@ def _run(cell, meta, progress, is_main) -> None:
       logs.push(step, step_metrics)
       for run in cell.runs if is_main else ():
         if run.diverged and run.name not in stopped:  # its summary, kept should the cell be stopped before its end
-          (run.workdir / "summary.json").write_text(run.summary.to_json())
+          workdirs.write_atomic(run.workdir / "summary.json", run.summary.to_json())
           stopped.add(run.name)
       if all(run.diverged for run in cell.runs):
         break
