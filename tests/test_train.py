@@ -54,9 +54,14 @@ def summary(workdir):
 
 
 def scalars(workdir, tag):
+  return {e.step: e.value for e in logged(workdir, tag)}
+
+
+def logged(workdir, tag):
+  """The tag's events as TensorBoard reads them (a step logged twice is there twice)."""
   acc = event_accumulator.EventAccumulator(str(workdir), size_guidance={"scalars": 0})
   acc.Reload()
-  return {e.step: e.value for e in acc.Scalars(tag)}
+  return acc.Scalars(tag)
 
 
 def wait_for_checkpoint(workdir, step, proc, timeout=300):
@@ -181,10 +186,8 @@ def test_a_run_killed_before_its_first_checkpoint_landed_shows_each_step_once(tm
   shutil.rmtree(workdir / "checkpoints")
   (workdir / "summary.json").unlink()
   run(workdir, "--config.train.steps=10", env=env)
-  acc = event_accumulator.EventAccumulator(str(workdir), size_guidance={"scalars": 0})
-  acc.Reload()
-  assert [e.step for e in acc.Scalars("train/loss")] == list(range(1, 11))
-  assert [e.step for e in acc.Scalars("eval/loss")] == [0, 10]
+  assert [e.step for e in logged(workdir, "train/loss")] == list(range(1, 11))
+  assert [e.step for e in logged(workdir, "eval/loss")] == [0, 10]
 
 
 @pytest.mark.slow
@@ -200,9 +203,7 @@ def test_a_run_resumed_at_its_last_step_ends_as_it_had(tmp_path, capsys):
   assert "resumed from step 30 " in capsys.readouterr().out
   assert {k: v for k, v in summary(tmp_path).items() if k != "tokens_per_sec"} == {
       k: v for k, v in first.items() if k != "tokens_per_sec"}
-  acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
-  acc.Reload()
-  assert [e.step for e in acc.Scalars("eval/loss")] == [0, 20, 30]
+  assert [e.step for e in logged(tmp_path, "eval/loss")] == [0, 20, 30]
 
 
 @pytest.mark.slow
