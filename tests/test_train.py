@@ -289,6 +289,29 @@ def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path, reference, env):
 
 
 @pytest.mark.slow
+def test_a_ctrl_c_a_library_swallows_still_stops_the_run(tmp_path, capsys, monkeypatch):
+  """orbax's wait on a save catches BaseException: a Ctrl-C landing there was lost and the run
+  trained on to its end (the fresh-clone suite under load saw it)."""
+  from nplace.train import checkpoint
+  save = checkpoint.save
+
+  def save_swallowing_ctrl_c(mngr, step, *args, **kwargs):
+    if step == 10:
+      try:  # as orbax's wait_until_finished, joining a save's thread
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+      except BaseException:  # noqa: BLE001 - the library's, not ours
+        pass
+    return save(mngr, step, *args, **kwargs)
+  monkeypatch.setattr(checkpoint, "save", save_swallowing_ctrl_c)
+  args = ["train", "--workdir", str(tmp_path), *SMALL, "--config.train.steps=40", "--config.checkpoint.every=10"]
+  assert main.main(args) == main.INTERRUPTED
+  assert capsys.readouterr().err.endswith("nplace train: interrupted; rerun the same command to resume from the "
+                                          "last checkpoint\n")
+  assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.slow
 def test_a_truncated_checkpoint_file_is_one_line_naming_it_and_train_falls_back(tmp_path, reference, env, capsys):
   workdir = tmp_path / "run"
   shutil.copytree(reference, workdir)

@@ -49,6 +49,27 @@ class _Preemption:
       signal.signal(signal.SIGTERM, self._previous)
 
 
+class _CtrlC:
+  """Ctrl-C raises KeyboardInterrupt at once, as always, and again between steps: orbax swallows
+  one that lands while it waits on a save (its wait catches BaseException), and the run then
+  trained on to its end."""
+
+  def __init__(self):
+    self.pressed = False
+    self._previous = signal.signal(signal.SIGINT, self._handle)
+
+  def _handle(self, *_):
+    self.pressed = True
+    raise KeyboardInterrupt
+
+  def check(self):
+    if self.pressed:
+      raise KeyboardInterrupt
+
+  def restore(self):
+    signal.signal(signal.SIGINT, self._previous)
+
+
 def train(config, workdir, extend: bool = False) -> Summary:
   """Trains (or resumes) in `workdir`; returns what it writes to `workdir/summary.json` (a
   finished run's, as it was). `extend`: a run started with another train.steps trains on to
@@ -229,7 +250,7 @@ def _run(cell, meta, progress, is_main) -> None:
   hooks.probe_hook(loop, cell, progress)
   hooks.checkpoint_hook(loop, cell, logs)  # after a step's eval and probes: a checkpoint implies them
   hooks.profile_hook(loop, config, cell.runs[0].workdir, start, progress)
-  preemption = _Preemption()
+  preemption, ctrl_c = _Preemption(), _CtrlC()
 
   try:
     if start == 0:
@@ -247,6 +268,7 @@ def _run(cell, meta, progress, is_main) -> None:
       if all(run.diverged for run in cell.runs):
         break
       loop.step(step, state)
+      ctrl_c.check()
       if preemption.requested(step):
         for run in cell.runs:
           if not run.diverged:
@@ -256,6 +278,7 @@ def _run(cell, meta, progress, is_main) -> None:
     loop.end(last, state)
   finally:
     preemption.restore()
+    ctrl_c.restore()
     for run in cell.runs:
       run.writer.close()
   for run in cell.runs:
