@@ -30,10 +30,11 @@ class SummaryError(ValueError):
 
 
 def field(doc: str, default=None, counter: bool = False, eval_name: str | None = None, since: str | None = None):
-  """A summary field. `counter`: carried over a resume (saved with every checkpoint);
-  `eval_name`: the name an evaluation result has before it is filed here; `since`: the change
-  that added it after summaries had been filed (a summary without it reads it as `default`)."""
-  counter = counter or eval_name is not None  # an evaluation's results: carried as the last one's
+  """A summary field. `counter`: carried over a resume (saved with every checkpoint): the running
+  counters, and the last train loss and evaluation, which a run resumed at its last step does not
+  compute again; `eval_name`: the name an evaluation result has before it is filed here; `since`:
+  the change that added it after summaries had been filed (a summary without it reads it as
+  `default`)."""
   return dataclasses.field(default=default, metadata={"doc": doc, "counter": counter, "eval_name": eval_name,
                                                       "since": since})
 
@@ -47,14 +48,16 @@ class Summary:
   status: str = field("completed | diverged | preempted", "completed")
   step: int = field("the last step run", 0)
   train_loss: float | None = field("train loss at the last step", counter=True)
-  val_loss: float | None = field("validation loss at the last evaluation", eval_name="loss")
+  val_loss: float | None = field("validation loss at the last evaluation", eval_name="loss", counter=True)
   frequency_loss: float | None = field("the data's frequency loss: unigram cross-entropy on the validation split")
   entropy_rate: float | None = field("the synthetic language's entropy rate (the best achievable loss); None for text")
   tokens_per_sec: float | None = field("train tokens per second over the run, hooks included, compile excluded")
   diverged_at: int | None = field("the step whose loss or gradient was not finite (train.on_divergence=stop)")
   collapsed: bool | None = field(f"val_loss within {COLLAPSE_MARGIN} nats of frequency_loss")
-  val_perplexity: float | None = field("mean over sequences of exp(mean token loss)", eval_name="perplexity")
-  val_perplexity_of_mean_loss: float | None = field("exp(val_loss)", eval_name="perplexity_of_mean_loss")
+  val_perplexity: float | None = field("mean over sequences of exp(mean token loss)", eval_name="perplexity",
+                                       counter=True)
+  val_perplexity_of_mean_loss: float | None = field("exp(val_loss)", eval_name="perplexity_of_mean_loss",
+                                                    counter=True)
   rouge_text: str | None = field("what ROUGE compares (token ids or decoded text); None when off")
   loss_spikes: int = field("train losses above the rolling window's z-score threshold", 0, counter=True)
   skipped_steps: int = field("updates dropped as non-finite (train.on_divergence=skip)", 0, counter=True)
@@ -64,13 +67,15 @@ class Summary:
                                          "after warmup", counter=True)
   rouge1: float | None = field("teacher-forced ROUGE-1 F: the argmax prediction at each position, given the true "
                                "tokens before it, against the targets (an untrained model scores near "
-                               "copy_rouge1)", eval_name="teacher_forced_rouge1")
-  rouge2: float | None = field("teacher-forced ROUGE-2 F", eval_name="teacher_forced_rouge2")
-  rougeL: float | None = field("teacher-forced ROUGE-L F", eval_name="teacher_forced_rougeL")
+                               "copy_rouge1)", eval_name="teacher_forced_rouge1", counter=True)
+  rouge2: float | None = field("teacher-forced ROUGE-2 F", eval_name="teacher_forced_rouge2", counter=True)
+  rougeL: float | None = field("teacher-forced ROUGE-L F", eval_name="teacher_forced_rougeL", counter=True)
   bertscore_p: float | None = field("teacher-forced BERTScore precision (eval.bertscore_model)",
-                                    eval_name="teacher_forced_bertscore_p")
-  bertscore_r: float | None = field("teacher-forced BERTScore recall", eval_name="teacher_forced_bertscore_r")
-  bertscore_f1: float | None = field("teacher-forced BERTScore F1", eval_name="teacher_forced_bertscore_f1")
+                                    eval_name="teacher_forced_bertscore_p", counter=True)
+  bertscore_r: float | None = field("teacher-forced BERTScore recall", eval_name="teacher_forced_bertscore_r",
+                                    counter=True)
+  bertscore_f1: float | None = field("teacher-forced BERTScore F1", eval_name="teacher_forced_bertscore_f1",
+                                     counter=True)
   copy_rouge1: float | None = field("ROUGE-1 F of the input tokens themselves against the targets: the "
                                     "teacher-forced score of a model that copies its input", since=GENERATION,
                                     counter=True)
