@@ -61,12 +61,17 @@ def scale_cell(section, source: str) -> str:
   return f"{sizes} params, `{source}`, {_compact(tokens)} tokens"
 
 
+def _key(j, v) -> tuple:
+  """A claim of one protocol version: (protocol name, version, claim id)."""
+  return j.section.protocol.name, j.section.protocol.version, v.claim.id
+
+
 def _found(judged) -> dict:
-  """(protocol name, version, claim id) -> [(its Judged, its verdict)] in page order."""
+  """_key -> [(its Judged, its verdict)] in page order."""
   found = {}
   for j in judged:
     for v in j.verdicts:
-      found.setdefault((j.section.protocol.name, j.section.protocol.version, v.claim.id), []).append((j, v))
+      found.setdefault(_key(j, v), []).append((j, v))
   return found
 
 
@@ -78,7 +83,7 @@ def _seen(j) -> str:
 def _elsewhere(found, j, v, word=lambda verdict: f"**{verdict}**", link=True, joiner="; ") -> str:
   """The other verdicts the same protocol reaches on the claim, with the trials each read."""
   others = {}
-  for o, w in found[(j.section.protocol.name, j.section.protocol.version, v.claim.id)][1:]:
+  for o, w in found[_key(j, v)][1:]:
     if w.verdict != v.verdict:
       others.setdefault(w.verdict, []).append(f"`{o.section.arg}`" + _seen(o)
                                               + (f" ([section]({anchor(o.heading)}))" if link else ""))
@@ -104,7 +109,7 @@ def rows(judged) -> list[list[str]]:
     section = j.section
     source = section.grid.config(section.arg).data.source
     for before, v in zip([None, *j.verdicts], j.verdicts):
-      key = (section.protocol.name, section.protocol.version, v.claim.id)
+      key = _key(j, v)
       if key in shown or (v.claim.statement.startswith("...") and before and before.verdict == v.verdict):
         continue
       shown.add(key)

@@ -200,13 +200,13 @@ def _verdicts(s: Section, measures, by_horizon, verdicts) -> tuple[dict, list[st
   protocol = s.protocol
   found = judge.sensitivity(protocol, s.measures)
   fragile = judge.fragile(protocol, found)
-  values = tables.operating_values(protocol, measures) or {}
+  values = tables.operating_values(protocol, measures)  # None for a protocol that is not three-way
   changes = tables.changes_with_horizon(by_horizon) if by_horizon else {}
   marks = {c.id: [mark for mark, holds in (("fragile", c.id in fragile),
-                                           ("underpowered", tables.underpowered(values.get(c.id))),
+                                           ("underpowered", tables.underpowered((values or {}).get(c.id))),
                                            ("changes with the horizon", bool(changes.get(c.id)))) if holds]
            for c in protocol.claims}
-  operating = tables.operating_cells(protocol, values or None)
+  operating = tables.operating_cells(protocol, values)
   if protocol.kind == protocol_lib.SCALE_LADDER:  # its claims' power at the effect each observed, beside
     observed = ladder.observed_power(protocol, measures)
     operating = {claim: f"{cell}; {observed.get(claim, '-')}" for claim, cell in operating.items()}
