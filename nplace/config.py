@@ -226,6 +226,9 @@ RULES = (
 )
 
 
+MESH_AXES = ("data", "fsdp", "tensor")  # MeshConfig's axis keys, in the mesh's order
+
+
 @dataclasses.dataclass(frozen=True)
 class MeshConfig(Section):
   """config.mesh: the device mesh (data, fsdp, tensor) and the logical-axis rules."""
@@ -464,7 +467,7 @@ def _validate_training(config) -> None:
   for key in ("b1", "b2"):  # 1: Adam's bias correction divides by 1 - b^t = 0, a NaN update at step 1
     if not 0 <= o[key] < 1:
       raise ConfigError(f"optim.{key}", o[key], "must be in [0, 1)")
-  sizes = {axis: config.mesh[axis] for axis in ("data", "fsdp", "tensor")}
+  sizes = {axis: config.mesh[axis] for axis in MESH_AXES}
   for axis, size in sizes.items():
     if size == 0 or size < -1:
       raise ConfigError(f"mesh.{axis}", size, "must be positive, or -1 to fill")
@@ -477,14 +480,13 @@ def _validate_training(config) -> None:
 def _validate_rules(rules) -> None:
   """mesh.rules: (logical axis, mesh axes) pairs, the mesh axes None, one of data, fsdp, tensor, or
   a tuple of them (a bad rule failed at startup in a traceback, unpacking it or looking its axis up)."""
-  axes = ("data", "fsdp", "tensor")
-  ok = lambda m: m is None or m in axes or (isinstance(m, (list, tuple)) and all(a in axes for a in m))
+  ok = lambda m: m is None or m in MESH_AXES or (isinstance(m, (list, tuple)) and all(a in MESH_AXES for a in m))
   if not isinstance(rules, (list, tuple)):
     raise ConfigError("mesh.rules", rules, "must be (logical axis, mesh axes) pairs, as nplace/config.py: RULES")
   for rule in rules:
     if not (isinstance(rule, (list, tuple)) and len(rule) == 2 and isinstance(rule[0], str) and ok(rule[1])):
       raise ConfigError("mesh.rules", rule, f"each rule must be (logical axis, mesh axes), the mesh axes None, "
-                        f"one of {', '.join(axes)} or a tuple of them")
+                        f"one of {', '.join(MESH_AXES)} or a tuple of them")
 
 
 def _validate_distributed(d) -> None:

@@ -15,9 +15,9 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from nplace.config import MESH_AXES as AXES  # the mesh's axes, as config.mesh names them
 from nplace.errors import ConfigError
 
-AXES = ("data", "fsdp", "tensor")
 TRIAL = "trial"
 
 
