@@ -183,7 +183,7 @@ def test_a_cell_whose_trials_hold_no_common_checkpoint_is_refused_before_anythin
 def test_a_failing_trial_is_recorded_the_sweep_goes_on_and_exits_1_and_ctrl_c_leaves_it_pending(
     experiment, tmp_path, capsys, monkeypatch):
   """It exited 0: `nplace sweep && nplace report` went on to file a grid with failed trials; after
-  Ctrl-C, sweep.json said "running"."""
+  Ctrl-C, sweep.json said "running"; --record then made the failed trial pending and lost its error."""
   def train_cell(configs, workdirs):
     if "seed=0" in configs:
       raise RuntimeError("out of memory\nallocating 3 GiB")
@@ -196,10 +196,14 @@ def test_a_failing_trial_is_recorded_the_sweep_goes_on_and_exits_1_and_ctrl_c_le
       "command to retry them"]
   entries = json.loads((tmp_path / "sweep.json").read_text())["trials"]
   assert [e["status"] for e in entries] == ["completed", "failed", "completed"]
+  assert main.main(["sweep", *map(str, sweep(experiment, tmp_path, "--record")[2:])]) == 0
+  entries = json.loads((tmp_path / "sweep.json").read_text())["trials"]  # it read "pending", its error gone
+  assert [(e["status"], e["error"]) for e in entries] == [("pending", None), ("failed", "RuntimeError: out of memory"),
+                                                          ("pending", None)]  # no trial wrote a summary here
   monkeypatch.setattr("nplace.studies.sweep.train_cell", lambda *args: exec("raise KeyboardInterrupt"))
   assert main.main(["sweep", *map(str, sweep(experiment, tmp_path)[2:])]) == 130  # Ctrl-C: it said "running"
   entries = json.loads((tmp_path / "sweep.json").read_text())["trials"]
-  assert [e["status"] for e in entries] == ["pending"] * 3  # no trial wrote a summary here
+  assert [e["status"] for e in entries] == ["pending", "failed", "pending"]  # interrupted in the first trial
 
 
 def test_cells_run_at_once_on_one_workdir_keep_each_others_record(experiment, tmp_path, capsys, monkeypatch):

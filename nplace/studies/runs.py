@@ -14,7 +14,7 @@ from etils import epath
 from nplace.config import EXPERIMENTS, experiment, flatten
 from nplace.logs import events
 from nplace.probes import history
-from nplace.studies.sweep import FINISHED  # statuses whose summary is final
+from nplace.studies.sweep import FINISHED, status_of  # FINISHED: statuses whose summary is final
 from nplace.train.summary import Summary, SummaryError
 
 STUDIES = {"stability": "stability", "collapse": "collapse", "growth": "growth"}  # grid file stem -> study
@@ -90,7 +90,7 @@ def _trial(root: epath.Path, trial: dict) -> Run:
   except SummaryError as e:
     raise RunsError(str(e)) from None
   return Run(trial["name"], workdir, summary, trial.get("overrides") or {}, trial["command"],
-             trial.get("status") or (summary.status if summary else "pending"))
+             trial.get("status") or status_of(summary))
 
 
 def _plain(workdir: epath.Path) -> Run:

@@ -27,21 +27,35 @@ def trial_summary(workdir: epath.Path) -> Summary | None:
   return Summary.read(path) if path.exists() else None
 
 
-def _status_on_disk(trial_dir: epath.Path) -> str:
-  try:
-    summary = trial_summary(trial_dir)
-  except SummaryError:  # reported when the record is next made; an interrupt must not be masked
-    return "pending"
+def status_of(summary: Summary | None) -> str:
   return summary.status if summary else "pending"
 
 
+def _status_on_disk(trial_dir: epath.Path) -> str:
+  try:
+    return status_of(trial_summary(trial_dir))
+  except SummaryError:  # reported when the record is next made; an interrupt must not be masked
+    return "pending"
+
+
+def _failures_recorded(path: epath.Path) -> dict[str, str]:
+  """Trial name -> the error sweep.json holds for it, for each trial it records as failed."""
+  try:
+    return {e["name"]: e["error"] for e in json.loads(path.read_text())["trials"] if e["status"] == "failed"}
+  except (FileNotFoundError, ValueError, KeyError, TypeError):
+    return {}
+
+
 def new_record(spec: str, cli_overrides: list[str], trials, workdir: epath.Path) -> dict:
-  """sweep.json's content for `trials`: each one's status read from its summary, if it has one."""
-  entries = []
+  """sweep.json's content for `trials`: each one's status read from its summary, if it has one;
+  a trial without one that the record on disk says failed stays failed, with its error."""
+  failures, entries = _failures_recorded(workdir / "sweep.json"), []
   for t in trials:
     summary = trial_summary(workdir / t.name)
+    failed = summary is None and t.name in failures
     entries.append({"name": t.name, "overrides": t.overrides, "workdir": t.name, "command": t.command,
-                    "status": summary.status if summary else "pending", "error": None,
+                    "status": "failed" if failed else status_of(summary),
+                    "error": failures[t.name] if failed else None,
                     "summary": summary.to_dict() if summary else None})
   return {"config": spec, "overrides": cli_overrides, "trials": entries}
 
