@@ -25,7 +25,7 @@ from nplace.commands.flags import Command
 from nplace.config import flatten, from_saved
 from nplace.errors import ConfigError, DataError, UsageError
 from nplace.logs import progress
-from nplace.runtime import compile_cache
+from nplace.runtime import compile_cache, workdirs
 from nplace.studies import grid, sweep
 from nplace.train import checkpoint
 from nplace.train.summary import SummaryError
@@ -115,7 +115,7 @@ def main(argv):
     _check_trials_trained_as_given(workdir, trials, record)
   else:
     _check_cells_resume_together(workdir, trials, record, groups, fv.batch)
-  sweep.write_record(workdir / "sweep.json", record)
+  sweep.write_record(workdir / workdirs.SWEEP_RECORD, record)
   if fv.record:
     print(f"{sweep.progress_line(record['trials'], [])}; record in {workdir / 'sweep.json'}")
     return
@@ -135,7 +135,7 @@ def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.Plan
   changed override or experiment file): the rerun would skip it, and the rewritten record would
   describe it by the new command. An old command that no longer reads (its file moved, or its
   config no longer validates) is let be."""
-  path = workdir / "sweep.json"
+  path = workdir / workdirs.SWEEP_RECORD
   try:
     before = {e["name"]: e for e in json.loads(path.read_text())["trials"]} if path.exists() else {}
   except (ValueError, KeyError, TypeError):

@@ -58,7 +58,8 @@ def write_atomic(path: epath.Path, content: str | bytes) -> None:
 
 # The files nplace keeps in a run directory (one holding checkpoints/) or a sweep's (sweep.json)
 # beside its checkpoints and event files: an output file of a command never replaces one.
-RUN_FILES = ("summary.json", "counters.json", "data.json", "sweep.json")
+SUMMARY, COUNTERS, DATA_RECORD, SWEEP_RECORD = "summary.json", "counters.json", "data.json", "sweep.json"
+RUN_FILES = (SUMMARY, COUNTERS, DATA_RECORD, SWEEP_RECORD)
 
 
 def _a_runs_own(path: epath.Path) -> epath.Path | None:
@@ -69,7 +70,7 @@ def _a_runs_own(path: epath.Path) -> epath.Path | None:
       return directory.parent
   own = path.name in RUN_FILES or path.name.startswith("events.out.tfevents.")
   where = path.parent
-  return where if own and ((where / "checkpoints").is_dir() or (where / "sweep.json").is_file()) else None
+  return where if own and ((where / "checkpoints").is_dir() or (where / SWEEP_RECORD).is_file()) else None
 
 
 def check_writable(path: epath.Path, flag: str = "--workdir", file: bool = False) -> None:

@@ -14,6 +14,7 @@ from etils import epath
 from nplace.config import EXPERIMENTS, experiment, flatten
 from nplace.logs import events
 from nplace.probes import history
+from nplace.runtime import workdirs
 from nplace.studies.sweep import FINISHED, status_of  # FINISHED: statuses whose summary is final
 from nplace.train.summary import Summary, SummaryError
 
@@ -53,18 +54,18 @@ def study_of(config: str | None) -> str:
 
 def load(path) -> Source:
   path = epath.Path(path)
-  if (path / "sweep.json").is_file():
-    sweep = _json(path / "sweep.json")
+  if (path / workdirs.SWEEP_RECORD).is_file():
+    sweep = _json(path / workdirs.SWEEP_RECORD)
     try:
       runs = [_trial(path, t) for t in sweep["trials"]]
     except (KeyError, TypeError) as e:
       raise RunsError(f"{path / 'sweep.json'}: a trial lacks {e}") from None
     return Source(path, study_of(sweep.get("config")), sweep.get("config"), runs)
-  if (path / "summary.json").is_file():
+  if (path / workdirs.SUMMARY).is_file():
     dirs, left_out = [path], {}
   else:
     children = sorted(d for d in path.iterdir() if d.is_dir()) if path.is_dir() else []
-    dirs = [d for d in children if (d / "summary.json").is_file()]
+    dirs = [d for d in children if (d / workdirs.SUMMARY).is_file()]
     left_out = {d.name: why for d in children if d not in dirs and (why := _not_a_finished_run(d))}
   if not dirs:
     raise RunsError(f"{path}: no sweep.json, summary.json or run directories with a summary.json")
@@ -73,11 +74,11 @@ def load(path) -> Source:
 
 def _not_a_finished_run(directory: epath.Path) -> str | None:
   """Why a folder's subdirectory that holds a sweep or a run is not among its finished runs."""
-  if (directory / "sweep.json").is_file():
+  if (directory / workdirs.SWEEP_RECORD).is_file():
     return "a sweep: name its directory"
   if (directory / "checkpoints").is_dir() or events.event_files(directory):
     return "a run without summary.json: still training, or stopped; rerun it to finish"
-  if any((d / "summary.json").is_file() or (d / "sweep.json").is_file() for d in directory.iterdir() if d.is_dir()):
+  if any((d / f).is_file() for d in directory.iterdir() if d.is_dir() for f in (workdirs.SUMMARY, workdirs.SWEEP_RECORD)):
     return "a folder of runs: name its directory"
   return None
 
@@ -85,7 +86,7 @@ def _not_a_finished_run(directory: epath.Path) -> str | None:
 def _trial(root: epath.Path, trial: dict) -> Run:
   workdir = root / trial["workdir"]
   try:
-    summary = (Summary.from_dict(trial["summary"], root / "sweep.json") if trial.get("summary")
+    summary = (Summary.from_dict(trial["summary"], root / workdirs.SWEEP_RECORD) if trial.get("summary")
                else _read_summary(workdir))
   except SummaryError as e:
     raise RunsError(str(e)) from None
@@ -108,7 +109,7 @@ def _json(file: epath.Path):
 
 
 def _read_summary(workdir: epath.Path) -> Summary | None:
-  file = workdir / "summary.json"
+  file = workdir / workdirs.SUMMARY
   try:
     return Summary.read(file) if file.is_file() else None
   except SummaryError as e:

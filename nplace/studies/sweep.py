@@ -23,7 +23,7 @@ FINISHED = ("completed", "diverged")
 def trial_summary(workdir: epath.Path) -> Summary | None:
   """The trial's summary.json (written when a run ends: finished or preempted), if any;
   SummaryError when it does not read as one."""
-  path = workdir / "summary.json"
+  path = workdir / workdirs.SUMMARY
   return Summary.read(path) if path.exists() else None
 
 
@@ -49,7 +49,7 @@ def _failures_recorded(path: epath.Path) -> dict[str, str]:
 def new_record(spec: str, cli_overrides: list[str], trials, workdir: epath.Path) -> dict:
   """sweep.json's content for `trials`: each one's status read from its summary, if it has one;
   a trial without one that the record on disk says failed stays failed, with its error."""
-  failures, entries = _failures_recorded(workdir / "sweep.json"), []
+  failures, entries = _failures_recorded(workdir / workdirs.SWEEP_RECORD), []
   for t in trials:
     summary = trial_summary(workdir / t.name)
     failed = summary is None and t.name in failures
@@ -110,7 +110,7 @@ def cells(trials, selected: list[int], batch: int) -> list[list[int]]:
 def run(trials, workdir: epath.Path, record: dict, groups: list[list[int]]) -> dict:
   """Runs the trials of `groups` (cells of trial indices) not yet finished, a cell at a time;
   returns the final record."""
-  path, entries, wall_times = workdir / "sweep.json", record["trials"], []
+  path, entries, wall_times = workdir / workdirs.SWEEP_RECORD, record["trials"], []
   selected = [i for cell in groups for i in cell]
   own = set(selected)
   todo = [c for c in ([i for i in cell if entries[i]["status"] not in FINISHED] for cell in groups) if c]

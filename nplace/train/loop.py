@@ -82,7 +82,7 @@ def _finished(run) -> Summary | None:
   """The summary of a run that has finished its train.steps (completed there, or diverged),
   which a rerun of the same model leaves as it is (of another, a ConfigError, as on resuming);
   None for any other."""
-  path = run.workdir / "summary.json"
+  path = run.workdir / workdirs.SUMMARY
   if not path.exists():
     return None
   try:
@@ -128,14 +128,11 @@ def _check_resume(run, extend: bool) -> None:
                       "or use another directory")
 
 
-DATA_RECORD = "data.json"  # in a workdir: the tokens its run trains on
-
-
 def _check_data(run, meta: dict, is_main: bool) -> None:
   """DataError (one line) when the run's checkpoints were trained on other tokens than `meta`'s
   (a corpus file was changed under a stopped run: its resume would train on other data);
   else records them, in the workdir's data.json."""
-  path, now = run.workdir / DATA_RECORD, {"source": meta["source"], "tokens_sha256": meta.get("tokens_sha256")}
+  path, now = run.workdir / workdirs.DATA_RECORD, {"source": meta["source"], "tokens_sha256": meta.get("tokens_sha256")}
   then = json.loads(path.read_text()) if run.mngr.latest_step() is not None and path.exists() else {}
   if None not in (then.get("tokens_sha256"), now["tokens_sha256"]) and then["tokens_sha256"] != now["tokens_sha256"]:
     raise DataError(f"{run.workdir} was trained on other tokens of {then['source']} (sha256 "
@@ -187,7 +184,7 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
       run.mngr.close()
   for run in runs if is_main else ():
     # atomically: a kill mid-write leaves none (the rerun resumes the run) rather than half a file
-    workdirs.write_atomic(run.workdir / "summary.json", run.summary.to_json())
+    workdirs.write_atomic(run.workdir / workdirs.SUMMARY, run.summary.to_json())
     who = progress.who(run.name, cell.stacked)
     progress.message(f"{who}{run.summary.status} at step {run.summary.step}: {run.summary.to_json(indent=None)}")
   return [run.summary for run in runs]
@@ -239,7 +236,7 @@ def _run(cell, meta, progress, is_main) -> None:
     run.summary = Summary(step=start, frequency_loss=meta["frequency_loss"], entropy_rate=meta.get("entropy_rate"),
                           rouge_text=evaluator.rouge_text, gen_decoding=evaluator.decoding)
     run.log = StepLog(run.config, run.writer, run.summary, config.train.batch_size * config.data.seq_len,
-                      mfu_per_tps, run.workdir / "counters.json" if is_main else None)
+                      mfu_per_tps, run.workdir / workdirs.COUNTERS if is_main else None)
     if start:
       run.log.restore_counters(start)
   _announce(progress, cell, evaluator)
@@ -263,7 +260,7 @@ def _run(cell, meta, progress, is_main) -> None:
       logs.push(step, step_metrics)
       for run in cell.runs if is_main else ():
         if run.diverged and run.name not in stopped:  # its summary, kept should the cell be stopped before its end
-          workdirs.write_atomic(run.workdir / "summary.json", run.summary.to_json())
+          workdirs.write_atomic(run.workdir / workdirs.SUMMARY, run.summary.to_json())
           stopped.add(run.name)
       if all(run.diverged for run in cell.runs):
         break
