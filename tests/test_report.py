@@ -479,6 +479,14 @@ def test_the_answers_carry_what_their_sections_say_beside_each_verdict():
                         "before this version) ([section](#stability-protocol-v4-cpu_wide))")
   page[0].verdicts[1] = verdict.Verdict(more, verdict.INCONCLUSIVE, (), None, "")
   assert [row[0] for row in answers.rows(page)] == ["Peri-LN learns at higher rates", "... and so without weight decay"]
+  best = Claim("peri_matches_best", "Peri-LN matches Pre-LN at its best rate", "final_loss", "Peri-LN", "Pre-LN")
+  apart = [judged("v4_embed", 4, [(lead, verdict.REPRODUCED), (more, verdict.REPRODUCED)]),
+           judged("cpu_wide", 3, [(best, verdict.REPRODUCED), (lead, verdict.INCONCLUSIVE), (more, verdict.REPRODUCED)])]
+  assert [row[0] for row in answers.rows(apart)] == [  # a bare "..." read as continuing the row above
+      "Peri-LN learns at higher rates",
+      "Peri-LN matches Pre-LN at its best rate (on protocol 3's trials, seen before this version)",
+      "Peri-LN learns at higher rates ... and so without weight decay (on protocol 3's trials, seen before this "
+      "version)"]
   saying = answers.takeaway(page)
   assert ("Peri-LN learns at higher rates: **yes** (fragile), but **not shown** on `cpu_wide` (on protocol 3's "
           "trials, seen before this version).") in saying

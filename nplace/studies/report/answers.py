@@ -103,18 +103,22 @@ def rows(judged) -> list[list[str]]:
   """`judged`: Judged sections in page order. One row per claim, each claim id once per protocol
   (the first section that judges it: the widest own data; its other verdicts beside it); a claim
   that continues the one before it ("... and so without weight decay") is left to its section
-  where it agrees with it."""
-  found, shown, out = _found(judged), set(), []
+  where it agrees with it, and names that claim where its row is not the one above."""
+  found, shown, out, above = _found(judged), set(), [], None
   for j in judged:
     section = j.section
     source = section.grid.config(section.arg).data.source
     for before, v in zip([None, *j.verdicts], j.verdicts):
-      key = _key(j, v)
-      if key in shown or (v.claim.statement.startswith("...") and before and before.verdict == v.verdict):
+      key, statement = _key(j, v), v.claim.statement
+      continues = statement.startswith("...") and before
+      if key in shown or (continues and before.verdict == v.verdict):
         continue
+      if continues and above != _key(j, before):
+        statement = f"{before.claim.statement} {statement}"
       shown.add(key)
+      above = key
       link = f"[{section.protocol.name} v{section.protocol.version}]({anchor(j.heading)})"
-      out.append([v.claim.statement + _seen(j), _verdict_cell(found, j, v), tables.effects(v),
+      out.append([statement + _seen(j), _verdict_cell(found, j, v), tables.effects(v),
                   scale_cell(section, source), link])
   return out
 
