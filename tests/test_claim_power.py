@@ -57,6 +57,22 @@ def test_the_rejudged_verdicts_are_three_way(rejudged):
   assert verdicts["dt_flatter"] == v.INCONCLUSIVE  # 0.16 [0.04, 0.29] and 0.30 [0.05, 0.54] straddle 0.05
 
 
+@pytest.mark.parametrize("claim_id", [c.id for c in STABILITY.PROTOCOL_V4_REJUDGED.claims])
+def test_a_rejudged_claim_with_its_arms_alike_or_swapped_is_not_reproduced(rejudged, claim_id):
+  """The slow test above simulates these claims' nulls (and the maximum stable rate has none: not
+  estimable); this pins the two plainest fast, on the committed data in every shape or stratum:
+  one arm's values given to both (no effect), and the arms swapped (the effect reversed). A
+  "matches" claim holds with no effect, so only its swap is a null."""
+  protocol = STABILITY.PROTOCOL_V4_REJUDGED
+  claim = _claim(protocol, claim_id)
+  data = three_way.sample(claim, protocol, rejudged)
+  field = "by_shape" if isinstance(data, three_way.Shifts) else "by_stratum"  # each value a pair of arms
+  edits = {"swapped": lambda a, b: (b, a)} | ({} if claim.matches else {"alike": lambda a, b: (a, a)})
+  for name, edit in edits.items():
+    edited = dataclasses.replace(data, **{field: {k: edit(*arms) for k, arms in getattr(data, field).items()}})
+    assert three_way.decide(claim, protocol, edited).verdict != v.REPRODUCED, name
+
+
 def test_the_edge_rate_is_the_declared_rule_applied_to_the_filed_pilot():
   study = results.load(ROOT / "results" / "stability_v4_pilot")
   pilot = measures_lib.measures_for(STABILITY.PROTOCOL_V4_PILOT, study, STABILITY.GRID, "v4_pilot")
@@ -376,6 +392,31 @@ def test_a_nan_seed_decides_nothing_under_the_permutation_test():
   claim = _claim(protocol, "peri_higher_max_lr")
   data = three_way.Shifts({DEPTH_12: (np.array([0.5, 0.5, 0.5, 0.5, np.nan]), np.ones(5))}, 0.25)
   assert three_way.decide(claim, protocol, data).verdict == v.INCONCLUSIVE
+
+
+@pytest.mark.parametrize("protocol_name,claim_id", [
+    (name, c.id) for name in ("PROTOCOL_V4_EMBED", "PROTOCOL_V4_REJUDGED")
+    for c in getattr(STABILITY, name).claims if c.metric == "max_stable_lr"])
+def test_a_maximum_stable_rate_claim_with_exchangeable_arms_is_not_reproduced(protocol_name, claim_id):
+  """The page prints no false-positive rate for these claims (its seeds agree exactly, so the
+  draws have nothing to spread: `operating` says not estimable), so the null is shown here: both
+  arms stable up to the same rate in each seed, measured from the grid's trials, reproduce
+  nothing; and of every split of those ten seeds' edges between the arms, at most the test's
+  level (one side of the interval) reproduces the claim."""
+  protocol = getattr(STABILITY, protocol_name)
+  claim = _claim(protocol, claim_id)
+  edges = (10 ** -1.5, 10 ** -1, 10 ** -1, 10 ** -0.5, 10 ** -1)  # seed -> its highest stable rate, in both arms
+  arms = {arm: STABILITY.ARMS_V4[arm] for arm in claim.arms}
+  trials = [fixed_trial(arm, lr, seed, failed=lr > 1.01 * edges[seed]) for arm in arms
+            for lr in STABILITY.LRS for seed in range(5)]
+  same = three_way.sample(claim, protocol, lr_sensitivity.Measures(protocol, arms, trials))
+  assert three_way.decide(claim, protocol, same).verdict != v.REPRODUCED
+  (better, worse), = same.by_shape.values()
+  pooled = np.concatenate([better, worse])
+  splits = [np.isin(np.arange(10), pick) for pick in itertools.combinations(range(10), 5)]
+  found = [three_way.decide(claim, protocol, dataclasses.replace(same, by_shape={DEPTH_12: (pooled[s], pooled[~s])}))
+           for s in splits]
+  assert np.mean([f.verdict == v.REPRODUCED for f in found]) <= (1 - protocol.interval) / 2
 
 
 GROWTH = grid.load_module(ROOT / "experiments" / "growth.py")

@@ -150,6 +150,24 @@ def test_the_control_that_collapses_says_the_average_not_the_size():
   assert [e.mean for e in found.effects] == pytest.approx([-1.5, 0.02])
   escaping = verdicts(textbook())["centered_escapes_not_by_size"]
   assert escaping.verdict == verdict.NOT_REPRODUCED and "the matched control escapes too" in escaping.would_change
+  # the control collapsing is not enough: the centered arm must escape in every seed too
+  stuck = verdicts(_replaced(trials, trial("Post-LN, centered", 5)))["centered_escapes_not_by_size"]
+  assert stuck.verdict == verdict.NOT_REPRODUCED and "does not escape in every seed" in stuck.would_change
+
+
+# A claim about one escaping arm, each with the one seed edit that makes it false: the arm
+# collapsing, its tokens clones at init, its gradient starved at one read step, its factor falling.
+ONE_SEED_AGAINST = [(c.id, c.arm, {**ESCAPING, "plateau": 0.02}) for c in PROTOCOL.claims if c.metric == "escapes"] + \
+    [(c.id, c.arm, {**ESCAPING, "top": (0.995, 0.995)}) for c in PROTOCOL.claims if c.metric == "no_clones"] + [
+    ("pre_gradient_kept", "Pre-LN", {**ESCAPING, "ratios": (2, 0.5, 0.5, 1e-5, 0.5)}),  # starved at step 1000 only
+    ("centered_factor_stays", "Post-LN, centered", {**ESCAPING, "factors": (0.9, 0.8)})]
+
+
+@pytest.mark.parametrize("claim_id,arm,edit", ONE_SEED_AGAINST, ids=[c for c, *_ in ONE_SEED_AGAINST])
+def test_one_seed_of_an_escaping_arm_that_fails_its_claim_is_not_reproduced(claim_id, arm, edit):
+  assert verdicts(textbook())[claim_id].verdict == verdict.REPRODUCED
+  found = verdicts(_replaced(textbook(), trial(arm, 5, **edit)))[claim_id]
+  assert found.verdict == verdict.NOT_REPRODUCED and found.would_change == "2 of 3 seeds hold it: every seed"
 
 
 def test_an_arm_that_adds_a_key_to_another_is_its_own():

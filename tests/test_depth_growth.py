@@ -1,12 +1,14 @@
 """Growth over depth: per-seed measures on constructed trials, the fitted rate, and the level's
 exponents with their intervals (the description beside Peri-LN's bound)."""
 import math
+import pathlib
 
 import numpy as np
 import pytest
 
 from nplace import protocol as p
-from nplace.studies import depth_growth, growth_curves
+from nplace.studies import depth_growth, grid, growth_curves, judge
+from nplace.studies import verdict as v
 from nplace.studies.report import growth as report_growth
 from nplace.studies.results import Trial
 from nplace.train.summary import Summary
@@ -17,8 +19,8 @@ PROTOCOL = p.Protocol("g", 3, p.GROWTH_PER_SEED, "", 3, 0, 0, 0.95, (p.Threshold
                       interval_method=p.WELCH_T, verdicts=p.THREE_WAY)
 
 
-def trials(level, seeds=range(3), depths=DEPTHS):
-  """One trial per arm, depth and seed: the top layer's mean |h| is 0.5 at init and
+def trials(level, seeds=range(3), depths=DEPTHS, arms=ARMS):
+  """One trial per arm (of `arms`), depth and seed: the top layer's mean |h| is 0.5 at init and
   `level[arm](D, seed)` at the end (step 1000), its entry-wise variance the square."""
   out = []
   for arm, f in level.items():
@@ -27,7 +29,7 @@ def trials(level, seeds=range(3), depths=DEPTHS):
         end = f(depth, seed)
         probes = {q: {"steps": [0, 1000], "values": [[0.1, g(0.5)], [0.2, g(end)]]}
                   for q, g in (("mean_abs", lambda v: v), ("var_entry", lambda v: v * v))}
-        out.append(Trial(f"{arm},{depth},{seed}", {"model.n_layer": depth, **ARMS[arm], "seed": seed},
+        out.append(Trial(f"{arm},{depth},{seed}", {"model.n_layer": depth, **arms[arm], "seed": seed},
                          Summary(step=1000), [], 10, 512, probes))
   return out
 
@@ -94,3 +96,22 @@ def test_the_level_description_says_whether_the_unbounded_arms_lie_under_the_bou
   text, _ = report_growth.level_exponent_part(PROTOCOL, above, arms)
   assert "the interval of Pre's mean |h| and Pre's entry-wise variance reaches above its bound" in text
   assert "under the same bounds" not in text
+
+
+GROWTH = grid.load_module(pathlib.Path(__file__).resolve().parent.parent / "experiments" / "growth.py")
+
+
+@pytest.mark.parametrize("claim_id", [c.id for c in GROWTH.PROTOCOL.claims])
+def test_a_claims_own_arm_growing_affinely_is_contradicted_beside_arms_that_bend(claim_id):
+  """Each claim reads its own arm: that arm's growth above init affine (each seed its own
+  intercept and slope) while every other arm's is exponential at twice min_rate contradicts it
+  (r̂ = 0), and the others' claims still read their bend."""
+  protocol = GROWTH.PROTOCOL
+  arm = next(c.arm for c in protocol.claims if c.id == claim_id)
+  bent = lambda d, s: 0.5 + 0.2 * np.expm1(0.04 * d) / 0.04
+  affine = lambda d, s: 0.8 + 0.1 * s + (0.03 + 0.005 * s) * d
+  grown = trials({a: affine if a == arm else bent for a in GROWTH.ARMS}, GROWTH.SEEDS, GROWTH.DEPTHS, GROWTH.ARMS)
+  measures = depth_growth.SeedMeasures(protocol, GROWTH.ARMS, grown, 1.0, GROWTH.get_sweep("v3_cpu"))
+  found = {x.claim.id: x for x in judge.judge(protocol, measures)}
+  assert found[claim_id].verdict == v.CONTRADICTED and found[claim_id].effects[0].mean == 0
+  assert {x.verdict for k, x in found.items() if k != claim_id} == {v.REPRODUCED}
