@@ -333,6 +333,7 @@ def variant(study: str, arg: str, builders: dict):
 
 
 FLOAT32_MAX = 3.4028234663852886e38  # past it a value is inf in the float32 it is computed in
+INT32_MAX = 2**31 - 1
 
 
 def _positive(key: str, value):
@@ -375,6 +376,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   m = config.model
   for key in ("vocab_size", "max_len", "n_layer", "scan_unroll", "n_head", "d_model"):
     _positive(f"model.{key}", m[key])
+  for key in ("vocab_size", "max_len"):  # the rows of tables that int32 token ids and positions index
+    if m[key] > INT32_MAX:
+      raise ConfigError(f"model.{key}", m[key], "must be below 2**31: the model indexes its rows with int32")
   if m.d_ff is not None:
     _positive("model.d_ff", m.d_ff)
   if m.d_model % m.n_head:

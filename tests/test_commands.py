@@ -36,6 +36,8 @@ def run_main(capsys, *argv):
     ("--config.model.remat=some", "model.remat"),
     ("--config.model.dtype=float16", "model.dtype"),
     ("--config.model.n_head=7", "model.d_model"),
+    ("--config.model.vocab_size=3000000000", "model.vocab_size"),  # int32 ids: an overflow traceback at init
+    ("--config.model.max_len=10000000000", "model.max_len"),
     ("--config.model.dt=0", "model.dt"),
     ("--config.model.dt=-0.1", "model.dt"),
     ("--config.model.embed_scale=0", "model.embed_scale"),

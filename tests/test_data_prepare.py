@@ -293,6 +293,17 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_synthetic_tokens_that_cannot_fit_the_disk_are_one_line_before_anything_is_written(tmp_path, capsys,
+                                                                                             monkeypatch):
+  monkeypatch.setattr(P.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=9_999))
+  code, out, err = run_prepare(capsys, "--source", "synthetic", "--config.data.synthetic_tokens=5000",
+                               "--out", str(tmp_path / "out"))  # 5,000 uint16 ids: 10,000 bytes
+  assert (code, out) == (2, "") and err == (
+      "nplace prepare: config error: data.synthetic_tokens=5000: its 10,000 bytes of uint16 token ids need more "
+      f"than the 9,999 bytes free where they are prepared ({tmp_path})\n"), err
+  assert sorted(tmp_path.iterdir()) == []  # no partial directory left behind
+
+
 def test_vocab_larger_than_dtype_when_called_directly(tmp_path):
   d = data_config(tmp_path, "synthetic", synthetic_vocab=70000)
   with pytest.raises(DataError, match="synthetic: vocab 70000 does not fit token dtype uint16"):

@@ -20,7 +20,7 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from conftest import free_port
 from nplace.commands import main
-from nplace.runtime import workdirs
+from nplace.runtime import chips, workdirs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NPLACE = pathlib.Path(sys.executable).parent / "nplace"
@@ -393,6 +393,35 @@ def test_bad_training_config_is_one_line_before_compiling(tmp_path, capsys, over
   err = capsys.readouterr().err
   assert code == 2 and err.count("\n") == 1 and key in err, err
   assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_train_state_larger_than_the_devices_memory_is_one_line_before_anything_is_built(tmp_path, capsys):
+  code = main.main(["train", "--workdir", str(tmp_path / "run"), *SMALL, f"--config.data.cache_dir={tmp_path}",
+                    "--config.model.n_layer=100000000"])
+  err = capsys.readouterr().err
+  assert code == 2 and err.count("\n") == 1, err
+  assert re.fullmatch(r"nplace train: config error: model: model.n_layer=100000000, model.d_model=32, "
+                      r"model.vocab_size=\d+, model.max_len=\d+: the train state \(parameters and AdamW moments\) "
+                      r"needs [\d,]+ bytes, more than the [\d,]+ bytes of memory of the \d+ cpu devices it would "
+                      r"train on together: make the model smaller\n", err), err
+  assert not (tmp_path / "run" / "checkpoints").exists() and not list(tmp_path.rglob("meta.json"))
+
+
+def test_device_memory_is_the_accelerators_limits_or_the_hosts_and_unknown_is_none(monkeypatch):
+  class Device:
+    def __init__(self, platform, stats, process_index=0):
+      self.platform, self.stats, self.process_index = platform, stats, process_index
+
+    def memory_stats(self):
+      return self.stats
+
+  gpus = [Device("gpu", {"bytes_limit": 80}), Device("gpu", {"bytes_limit": 80})]
+  assert chips.memory_bytes(gpus) == 160
+  assert chips.memory_bytes(gpus + [Device("gpu", {"bytes_limit": 80}, process_index=1)]) == 240  # counted as ours
+  assert chips.memory_bytes(gpus + [Device("gpu", None)]) is None
+  monkeypatch.setattr(chips, "_host_bytes", lambda: 1000)
+  assert chips.memory_bytes([Device("cpu", None), Device("cpu", None)]) == 1000  # one host's, shared
+  assert chips.memory_bytes([Device("cpu", None), Device("cpu", None, process_index=1)]) == 2000
 
 
 @pytest.mark.parametrize("override", ["--config.data.val_fraction=0.5", "--config.data.seq_len=8"])

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from nplace.data import sources, synthetic, tokenizers
-from nplace.errors import DataError
+from nplace.errors import ConfigError, DataError
 
 FORMAT = "nplace-tokens/1"
 META = "meta.json"
@@ -137,6 +137,7 @@ def _build(data, key, out: pathlib.Path, progress):
     raise DataError(f"{out.parent}: cannot prepare the data there ({e.strerror or e}): set NPLACE_CACHE or "
                     "data.cache_dir to a directory you can write") from None
   try:
+    _check_space(data, tmp)
     meta = _tokenize(data, key, tmp, progress)
     (tmp / f"{META}.tmp").write_text(json.dumps(meta, indent=1))
     os.rename(tmp / f"{META}.tmp", tmp / META)
@@ -147,6 +148,20 @@ def _build(data, key, out: pathlib.Path, progress):
         raise
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_space(data, directory: pathlib.Path) -> None:
+  """ConfigError when a synthetic source's token ids need more bytes than `directory`'s
+  filesystem has free: refused before writing, not when the disk fills hours later. (Other
+  sources' token counts are known only once tokenized.)"""
+  if sources.parse(data.source).scheme != "synthetic":
+    return
+  needs = data.synthetic_tokens * np.dtype(data.token_dtype).itemsize
+  free = shutil.disk_usage(directory).free
+  if needs > free:
+    raise ConfigError("data.synthetic_tokens", data.synthetic_tokens,
+                      f"its {needs:,} bytes of {data.token_dtype} token ids need more than the {free:,} bytes "
+                      f"free where they are prepared ({directory.parent})")
 
 
 def _alive(pid: int) -> bool:

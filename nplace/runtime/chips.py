@@ -12,6 +12,7 @@ import math
 import os
 import re
 
+import jax
 from jax.experimental import topologies
 
 from nplace.runtime import stderr_filter
@@ -104,3 +105,24 @@ def resolve(name: str) -> Topology:
 def peak_flops(device_kind: str, configured: float | None) -> float | None:
   """Peak FLOP/s of one device for perf/mfu: `train.peak_flops` when set, else the table's."""
   return configured if configured is not None else PEAK_FLOPS.get(device_kind)
+
+
+def _host_bytes() -> int | None:
+  """This host's physical memory; None where the platform does not say."""
+  try:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (AttributeError, ValueError, OSError):
+    return None
+
+
+def memory_bytes(devices) -> int | None:
+  """The memory `devices` hold together: each accelerator's allocator limit (`bytes_limit`), or
+  for CPU devices their hosts' physical memory, which a host's devices share; None where this
+  process cannot tell (a device that reports no limit). Another process's devices report
+  nothing here: they count as this process's (a mesh's devices are of one kind)."""
+  if all(d.platform == "cpu" for d in devices):
+    host = _host_bytes()
+    return None if host is None else host * len({d.process_index for d in devices})
+  local = [d for d in devices if d.process_index == jax.process_index()]
+  limits = [(d.memory_stats() or {}).get("bytes_limit") for d in local]
+  return None if not limits or None in limits else sum(limits) * len(devices) // len(local)

@@ -14,7 +14,7 @@ import jax
 from jax.experimental import multihost_utils
 
 from nplace.data import prepare
-from nplace.errors import ConfigError, DataError
+from nplace.errors import NOT_SET, ConfigError, DataError
 from nplace.logs.progress import Progress, labels_of, lines_every
 from nplace.logs.writer import Writer
 from nplace.model.size import model_info
@@ -128,6 +128,27 @@ def _check_resume(run, extend: bool) -> None:
                       "or use another directory")
 
 
+# The model keys a train state's bytes grow with
+SIZE_KEYS = ("model.n_layer", "model.d_model", "model.d_ff", "model.vocab_size", "model.max_len")
+
+
+def _check_memory(config, devices, runs: int) -> None:
+  """ConfigError (one line naming the model's size keys) when the train states of `runs` runs
+  alone (parameters and AdamW moments, in their dtypes) exceed the memory of all `devices`
+  together: they could never be held, and finding out took a compile and an out-of-memory
+  traceback. Activations are not counted, and memory that is not known refuses nothing."""
+  has = chips.memory_bytes(devices)
+  needs = runs * model_info(config)["state_bytes"]
+  if has is None or needs <= has:
+    return
+  sizes = ", ".join(f"{key}={config[key]}" for key in SIZE_KEYS if config[key] is not None)
+  states = f"a cell's {runs} train states (parameters and AdamW moments) need" if runs > 1 else \
+      "the train state (parameters and AdamW moments) needs"
+  raise ConfigError("model", NOT_SET, f"{sizes}: {states} {needs:,} bytes, "
+                    f"more than the {has:,} bytes of memory of the {len(devices)} "
+                    f"{devices[0].platform} devices it would train on together: make the model smaller")
+
+
 def _check_data(run, meta: dict, is_main: bool) -> None:
   """DataError (one line) when the run's checkpoints were trained on other tokens than `meta`'s
   (a corpus file was changed under a stopped run: its resume would train on other data);
@@ -161,6 +182,7 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
             f"train.steps and --extend train it on): {summary.to_json(indent=None)}", flush=True)
     return finished
   devices = cpu_split.mesh_devices(config)
+  _check_memory(config, devices, len(runs))
   if config.train.batch_size % n_proc:
     raise ConfigError("train.batch_size", config.train.batch_size, f"must divide over {n_proc} processes")
   cell = Cell(runs, devices)  # ConfigError on an uneven split, or runs that cannot share a program
