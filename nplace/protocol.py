@@ -26,6 +26,16 @@ FIXED_RATES = "failures at fixed rates"  # many seeds per arm at a few declared 
 # maximum stable rates over model widths: per-width comparisons, trends against size, a blind prediction
 SCALE_LADDER = "scale ladder"
 KINDS = (STABILITY_SWEEP, COMPARISON, GROWTH_PER_SEED, COLLAPSE_MECHANISMS, FIXED_RATES, SCALE_LADDER)
+# The metrics a claim of each kind may name: what the kind's measuring class measures
+SWEPT_METRICS = ("lr_sensitivity", "frequency_sensitivity", "best_loss", "max_stable_lr")  # each seed's, over rates
+COUNTED_METRICS = ("divergences", "failure_rate", "fails_more")  # failed runs, counted
+GROWTH_METRICS = ("exponential_rate",)
+LADDER_METRICS = ("edge_above_every_width", "gap_slope_within", "edge_slope_below", "tuned_distance_slope_below")
+COLLAPSE_METRICS = ("collapses", "escapes", "clones", "no_clones", "stays_starved", "gradient_kept", "factor_falls",
+                    "factor_stays", "norms_starve", "stays_starved_first", "escapes_unlike_control")
+METRICS = {STABILITY_SWEEP: SWEPT_METRICS + COUNTED_METRICS, FIXED_RATES: SWEPT_METRICS + COUNTED_METRICS,
+           COMPARISON: ("final_loss",) + COUNTED_METRICS, GROWTH_PER_SEED: GROWTH_METRICS,
+           SCALE_LADDER: LADDER_METRICS, COLLAPSE_MECHANISMS: COLLAPSE_METRICS}
 
 BOOTSTRAP, WELCH_T = "bootstrap", "welch_t"
 # A claim's own method where its values are quantised (nplace/studies/exact.py): an exact
@@ -138,6 +148,16 @@ class Protocol:
   arms: dict | None = None  # label -> overrides; None: the grid module's ARMS
   rates: tuple[FixedRate, ...] = ()  # FIXED_RATES: the rates its claims are about, and why each
   ladder: ScaleLadder | None = None  # a scale ladder's fit, prediction and what its page sets beside it
+
+  def __post_init__(self):
+    """A claim its kind cannot measure is refused where the protocol is declared, not when a
+    page is built from its trials."""
+    if self.kind not in METRICS:
+      raise ValueError(f"protocol {self.name} v{self.version}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+    for claim in self.claims:
+      if claim.metric not in METRICS[self.kind]:
+        raise ValueError(f"protocol {self.name} v{self.version}: claim {claim.id!r} has metric {claim.metric!r}, "
+                         f"which kind {self.kind!r} does not measure ({', '.join(METRICS[self.kind])})")
 
   def threshold(self, name: str) -> float:
     return next(t.value for t in self.thresholds if t.name == name)

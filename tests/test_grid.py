@@ -32,3 +32,18 @@ def test_a_grid_file_is_found_installed_and_its_error_is_one_line_naming_the_lin
     grid.load_grid(file)
   monkeypatch.chdir(tmp_path)  # no experiments/ here: the installed grid files, as --config finds them
   assert grid.load_sweep("experiments/collapse.py:cpu")
+
+
+def test_a_protocol_claiming_a_metric_its_kind_does_not_measure_is_one_line_where_it_is_declared(tmp_path):
+  """It was a ValueError traceback from `nplace report`, after the page had been built for a minute."""
+  file = tmp_path / "mine.py"
+  file.write_text(
+      "from nplace.config import base_config\n"
+      "from nplace.protocol import STABILITY_SWEEP, Claim, Grid, Protocol\n"
+      "PROTOCOL = Protocol('mine', 1, STABILITY_SWEEP, 'a sweep', seeds=3, bootstrap_resamples=100,\n"
+      "                    bootstrap_seed=0, interval=0.95, thresholds=(),\n"
+      "                    claims=(Claim('flatter', 'a is flatter', 'final_loss', better='a', worse='b'),))\n"
+      "GRID = Grid(config=lambda arg='': base_config(), sweep=lambda arg='': [{}], judged_by=lambda arg: (PROTOCOL,))\n")
+  with pytest.raises(grid.GridError, match=f"^{file}, line 3: ValueError: protocol mine v1: claim 'flatter' has metric "
+                     "'final_loss', which kind 'stability sweep' does not measure \\(lr_sensitivity, "):
+    grid.load_grid(file)

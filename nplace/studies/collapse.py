@@ -46,14 +46,14 @@ import math
 import numpy as np
 
 from nplace.placements import AFTER, PLACEMENTS
+from nplace.protocol import COLLAPSE_METRICS
 from nplace.studies import outcomes, results
 from nplace.studies.verdict import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Effect, Verdict
 
 SEED = "seed"
 # The norm on the residual path (post) or on the branch input (pre: norm, peri: norm_in).
 BACKWARD = ("norm_backward", "norm_in_backward")
-METRICS = ("collapses", "escapes", "clones", "no_clones", "stays_starved", "gradient_kept", "factor_falls",
-           "factor_stays", "norms_starve", "stays_starved_first", "escapes_unlike_control")
+METRICS = COLLAPSE_METRICS
 # What a collapsing arm is claimed to show and an escaping one must not.
 MECHANISMS = ("clones", "stays_starved", "factor_falls", "norms_starve", "stays_starved_first")
 # The steps the sustained claims read (starved at each), whatever the run's length and probing:

@@ -20,11 +20,11 @@ import math
 
 import numpy as np
 
+from nplace.protocol import GROWTH_METRICS
 from nplace.studies import intervals
 from nplace.studies.verdict import NOT_TESTABLE, ROUNDING, Effect, Verdict, reading
 
-RATE = "exponential_rate"
-METRICS = (RATE,)
+METRICS = RATE, = GROWTH_METRICS
 RATE_GRID = np.round(np.linspace(-0.1, 0.3, 801), 6)  # per layer, in steps of 0.0005; holds 0 exactly
 
 

@@ -32,12 +32,11 @@ import math
 import numpy as np
 
 from nplace.model import size
+from nplace.protocol import LADDER_METRICS
 from nplace.studies import grid, lr_sensitivity, results
 from nplace.studies.verdict import CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, Effect, Verdict, reading
 
-ABOVE, GAP_WITHIN = "edge_above_every_width", "gap_slope_within"
-SLOPE_BELOW, DISTANCE_BELOW = "edge_slope_below", "tuned_distance_slope_below"
-METRICS = (ABOVE, GAP_WITHIN, SLOPE_BELOW, DISTANCE_BELOW)
+METRICS = ABOVE, GAP_WITHIN, SLOPE_BELOW, DISTANCE_BELOW = LADDER_METRICS
 WIDTH = "model.d_model"
 MEASURED, FLOOR, CEILING = "measured", "floor", "ceiling"
 

@@ -42,13 +42,13 @@ import math
 
 import numpy as np
 
-from nplace.protocol import PERMUTATION
+from nplace.protocol import COUNTED_METRICS, PERMUTATION
 from nplace.studies import exact, growth_curves, intervals, ladder
 from nplace.studies.verdict import (INCONCLUSIVE, NOT_TESTABLE, REPRODUCED, ROUNDING, Effect, Verdict, effect_what,
                                    partly_run, reading)
 
 CONTINUOUS = ("lr_sensitivity", "best_loss", "final_loss", "max_stable_lr")
-METRICS = CONTINUOUS + ("divergences", "failure_rate", "fails_more") + growth_curves.METRICS + ladder.METRICS
+METRICS = CONTINUOUS + COUNTED_METRICS + growth_curves.METRICS + ladder.METRICS
 DRAWS = 200  # samples drawn for a claim's false-positive rate and for its power
 
 
