@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from nplace.protocol import PERMUTATION
+from nplace.protocol import PERMUTATION, Claim
 from nplace.studies import collapse, depth_growth, exact, grid, growth_curves, judge, lr_sensitivity, results
 from nplace.studies import measures as measures_lib
 from nplace.studies import three_way
@@ -385,6 +385,41 @@ def test_seeds_with_no_spread_exactly_at_the_margin_reproduce_nothing():
                   for _ in range(20)]) <= 0.05
   flat = three_way.Shifts({DEPTH_12: (np.full(5, 1.0), np.full(5, 1.0) + gap)}, gap)  # Pre 0.05 more sensitive
   assert three_way.decide(flatter, protocol, flat).verdict != v.REPRODUCED
+
+
+@pytest.mark.parametrize("better,worse,top,want", [
+    # arms alike, less than min_lr_gap apart: the shift below the margin is significant both ways
+    # (5 and 5 seeds reach 1/252), so the claim of a gap is contradicted
+    (np.ones(5), np.ones(5), None, v.CONTRADICTED),
+    # wholly separated, 3 and 4 seeds: the smallest p, 1/35 = 0.029, misses (1 - interval) / 2 =
+    # 0.025 though it is under 1 - interval
+    (np.ones(3), np.full(4, 2.0), None, v.INCONCLUSIVE),
+    # `better` stable at the sweep's top rate (-log10 of it, 1): its lead is a floor, and still clears
+    (np.ones(5), np.full(5, 2.0), 1.0, v.REPRODUCED),
+])
+def test_permutation_verdicts_read_each_tail_at_half_the_level(better, worse, top, want):
+  """max_stable_lr's exact tests: each one-sided test at (1 - interval) / 2, the `against` test
+  of a shift below +min_lr_gap (not -min_lr_gap), and censoring at the top rate only blocking
+  the side it could overturn."""
+  protocol = STABILITY.PROTOCOL_V4_EMBED
+  claim = _claim(protocol, "peri_higher_max_lr")
+  gap = protocol.threshold("min_lr_gap")
+  assert three_way.decide(claim, protocol, three_way.Shifts({DEPTH_12: (better, worse)}, gap, top)).verdict == want
+
+
+def test_a_claim_given_another_is_at_most_inconclusive_while_that_one_is_not_reproduced():
+  """`given`: a lead that is not shown cannot be shown to hold; once shown, the claim reads as
+  its own test says (reproduced stays reproduced)."""
+  claim = lambda claim_id, given=None: Claim(claim_id, "", "gap_slope_within", better="A", worse="B", given=given)
+  lead = v.Verdict(claim("lead"), v.REPRODUCED, (), None, "")
+  holds = v.Verdict(claim("holds", given="lead"), v.REPRODUCED, (), None, "test")
+  assert three_way._given(holds, [lead, holds]).verdict == v.REPRODUCED
+  for lead_verdict in (v.INCONCLUSIVE, v.CONTRADICTED, v.NOT_TESTABLE):
+    unshown = dataclasses.replace(lead, verdict=lead_verdict)
+    found = three_way._given(holds, [unshown, holds])
+    assert found.verdict == v.INCONCLUSIVE and f"while `lead` is {lead_verdict}" in found.would_change
+  contradicted = dataclasses.replace(holds, verdict=v.CONTRADICTED)  # only a reproduction is capped
+  assert three_way._given(contradicted, [dataclasses.replace(lead, verdict=v.INCONCLUSIVE), contradicted]) == contradicted
 
 
 def test_a_nan_seed_decides_nothing_under_the_permutation_test():

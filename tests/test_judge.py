@@ -99,7 +99,10 @@ def test_welch_t_intervals_match_scipy_and_a_bootstrap_of_3_seeds_is_their_range
   mean, low, high = intervals.mean_interval(better, t, None)
   one = stats.ttest_1samp(better, 0).confidence_interval(0.95)
   assert (low, high) == pytest.approx((one.low, one.high))
-  assert intervals.mean_interval([0.2, 0.2, 0.2], t, None) == pytest.approx((0.2, 0.2, 0.2))
+  # seeds exactly alike (0.25 and 0.5 are exact in binary; 3 x 0.2 is not, and leaves a variance of
+  # 1e-33): no spread to widen by, a zero-width interval, not NaN
+  assert intervals.mean_interval([0.25, 0.25, 0.25], t, None) == (0.25, 0.25, 0.25)
+  assert intervals.difference([0.25] * 3, [0.5] * 4, t, None) == (0.25, 0.25, 0.25)
   boot = dataclasses.replace(PROTOCOL, bootstrap_resamples=2000)
   _, low, high = intervals.mean_interval([0.259, 0.150, 0.064], boot, np.random.default_rng(0))
   assert (low, high) == pytest.approx((0.064, 0.259))

@@ -32,7 +32,8 @@ def probed(request):
   return (cfg, params, *jax.jit(both)(params))
 
 
-@pytest.mark.slow
+# Not slow: `probed` is every test's here (it was marked when, first in the file, it was charged
+# the fixture's compile); without it nothing in the fast lane reads `residual_grad`.
 def test_residual_grad_matches_per_layer_grad(probed):
   _, _, (_, _, _, g_taps), (want, _) = probed
   np.testing.assert_allclose(gradients.residual_grad(g_taps), want, rtol=2e-4)

@@ -68,7 +68,8 @@ def probes(setup, exact):
   return [np.asarray(x, np.float64) for x in run(params, intermediates)]
 
 
-@pytest.mark.slow
+# Not slow: the fixtures it reads are the other tests' (it was marked when, first in the file, it
+# was charged their compile); without it nothing in the fast lane reads `frobenius`.
 def test_frobenius_within_hutchinson_error(exact, probes):
   frob2_L, tol_L = hutchinson_bounds(exact[0], K)
   assert np.all(np.abs(probes[0] ** 2 - frob2_L) <= tol_L), (probes[0] ** 2, frob2_L, tol_L)
@@ -83,3 +84,24 @@ def test_spectral_within_one_percent(exact, probes):
 def test_local_sensitivity_within_hutchinson_error(exact, probes):
   frob2_L, tol_L = hutchinson_bounds(exact[1] - np.eye(exact[1].shape[-1]), K)
   assert np.all(np.abs(probes[2] ** 2 - frob2_L) <= tol_L), (probes[2] ** 2, frob2_L, tol_L)
+
+
+def test_local_sensitivity_runs_each_block_at_its_own_layer():
+  """LNS scales F's input by 1/sqrt(l), l = 1..L: each block's |J_l - I| must be its layer's
+  (a block run at l - 1 is another function, at l = 0 an infinite one)."""
+  cfg = tiny_config(placement="lns", norm="rmsnorm", n_layer=2, d_model=16, n_head=4).model
+  params = ref.random_params(cfg, 5, std=0.6)
+  tokens = jnp.asarray(np.random.default_rng(6).integers(0, cfg.vocab_size, (2, 6)))
+
+  @jax.jit
+  def run(params):
+    hs = ref.hidden(params, tokens, cfg)
+    per_seq = lambda f: jax.vmap(lambda h: ref.seq_jacobian(lambda x: f(x[None])[0], h))
+    local = jnp.stack([per_seq(lambda h, l=l: ref.blocks_from(params, h, l, cfg, stop=l + 1))(hs[l])
+                       for l in range(cfg.n_layer)])
+    intermediates = {"h0": (hs[0],), "blocks": {"h": (jnp.stack(hs[1:]),)}}
+    return local, jacobians.local_sensitivity(cfg, params, intermediates, jax.random.key(7, impl="rbg"), K)
+
+  local, got = (np.asarray(x, np.float64) for x in run(params))
+  frob2_L, tol_L = hutchinson_bounds(local - np.eye(local.shape[-1]), K)
+  assert np.all(np.abs(got ** 2 - frob2_L) <= tol_L), (got ** 2, frob2_L, tol_L)

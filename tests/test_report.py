@@ -354,6 +354,11 @@ def test_fits_prefer_the_shape_the_data_has():
   assert fits.better(fits.linear(x, 3 + 2 * x), fits.exponential(x, 3 + 2 * x)) == "linear"
   assert fits.better(fits.linear(x, np.exp(0.5 * x)), fits.exponential(x, np.exp(0.5 * x))) == "exponential"
   assert np.isnan(fits.exponential(x, x - 5))  # not all positive: no exponential fit
+  # the exponential's R² is on y itself, so it compares with the line's: against numpy on a line
+  rate, log_scale = np.polyfit(x, np.log(3 + 2 * x), 1)
+  residual = 3 + 2 * x - np.exp(log_scale + rate * x)
+  want = 1 - np.sum(residual ** 2) / np.sum((2 * x - np.mean(2 * x)) ** 2)
+  assert fits.exponential_fit(x, 3 + 2 * x) == pytest.approx((rate, want), rel=1e-12)
   assert fits.better(np.nan, 0.5) == "-"
 
 

@@ -38,11 +38,17 @@ def test_mlp_kernel_maps():
   # GELU raises correlation only below rho ~ 0.77 (unit pre-activation variance): its
   # mean output lifts small rho, but near 1 its normalised slope exceeds 1 (checked by Monte Carlo).
   assert np.all(gelu[rho < 0.75] >= rho[rho < 0.75]) and np.all(gelu[rho > 0.8] < rho[rho > 0.8])
-  z = np.random.default_rng(0).normal(size=(2, 400_000))
+  z = np.random.default_rng(0).normal(size=(4, 400_000))
+  pair = lambda r, a, b: (np.sqrt(2) * z[a], np.sqrt(2) * (r * z[a] + np.sqrt(1 - r ** 2) * z[b]))
   for r in (0.3, 0.8):  # against Monte Carlo, pre-activation variance 2
-    u, v = np.sqrt(2) * z[0], np.sqrt(2) * (r * z[0] + np.sqrt(1 - r ** 2) * z[1])
+    u, v = pair(r, 0, 1)
     gelu_uv = np.mean(jax.nn.gelu(u, approximate=True) * jax.nn.gelu(v, approximate=True))
     np.testing.assert_allclose(theory.mlp_kernel(r, 2.0, "gelu"), gelu_uv, rtol=0.02)
+    # SwiGLU silu(a) b, the up projection b drawn apart from the gate a: its covariance q rho is a
+    # factor the ratios above divide out
+    (a_u, a_v), (b_u, b_v) = pair(r, 0, 1), pair(r, 2, 3)
+    swiglu_uv = np.mean(jax.nn.silu(a_u) * b_u * jax.nn.silu(a_v) * b_v)
+    np.testing.assert_allclose(theory.mlp_kernel(r, 2.0, "swiglu"), swiglu_uv, rtol=0.03)
 
 
 def test_branch_gains():
@@ -69,6 +75,33 @@ def test_post_backward_factors():
   np.testing.assert_allclose(theory.post_backward_factor(np.array([0.0, 3.0])), [1.0, 0.5])
   f = np.array([0.5, 0.8, 0.9, 0.7, 0.6, 1.0])  # L = 3: sites attn_1, mlp_1, attn_2, ...
   np.testing.assert_allclose(theory.post_backward_product(f), [0.9 * 0.7 * 0.6, 0.6, 1.0])
+
+
+def test_gram_recursion_with_dt_and_mlp_is_its_dense_steps():
+  """post_gram_recursion against its formula with the Cesaro matrix written out: the step dt
+  enters squared (the Gram is quadratic in the branch), the MLP after attention."""
+  T, dt, gain, q, out = 6, 0.5, 0.8, 1.5, 0.7
+  C = np.asarray(cesaro(T), np.float64)
+  K, want = np.eye(T), []
+  for _ in range(3):
+    K = theory.normalize(K + dt ** 2 * gain * C @ K @ C.T)
+    K = theory.normalize(K + dt ** 2 * out * theory.mlp_kernel(np.clip(K, -1, 1), q, "gelu"))
+    want.append((K.sum() - T) / (T * (T - 1)))
+  got = theory.post_gram_recursion(np.eye(T), 3, gain, "gelu", q, out, dt)
+  np.testing.assert_allclose(got, want, rtol=1e-6)  # cesaro is float32
+
+
+def test_peri_rms_bound_and_out_norm_cap():
+  """(iii) as written: rms(h_0) + 2 l dt cap, two sublayers a layer; the cap max|g| + rms(b)
+  over both output norms of every layer (rms of the bias, not its largest entry)."""
+  rms0_BT = jnp.array([[1.0, 2.0]])
+  np.testing.assert_allclose(theory.peri_rms_bound(rms0_BT, 3, 0.5, 4.0),
+                             [[[1.0 + 4.0 * l, 2.0 + 4.0 * l]] for l in (1, 2, 3)])
+  site = lambda scale, bias: {"scale": jnp.array(scale), "bias": jnp.array(bias)}
+  params = {"blocks": {"attn_norm_out": site([[1.0, -2.0], [0.5, 0.5]], [[3.0, 0.0], [0.0, 0.0]]),
+                       "mlp_norm_out": site([[1.0, 1.0], [1.0, -1.5]], [[0.0, 0.0], [1.0, 1.0]])}}
+  # attn layer 1: 2 + rms(3, 0) = 2 + 3/sqrt(2) = 4.12 (max|b| would give 5); the other sites less
+  np.testing.assert_allclose(theory.out_norm_cap(params), 2.0 + 3.0 / np.sqrt(2.0), rtol=1e-6)
 
 
 @pytest.fixture(scope="module")
