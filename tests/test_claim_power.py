@@ -14,6 +14,7 @@ from scipy import stats
 from nplace.protocol import PERMUTATION, Claim
 from nplace.studies import collapse, depth_growth, exact, grid, growth_curves, judge, lr_sensitivity, results
 from nplace.studies import measures as measures_lib
+from nplace.studies.report import tables
 from nplace.studies import three_way
 from nplace.studies import verdict as v
 from nplace.train.summary import Summary
@@ -271,7 +272,10 @@ def test_strata_where_every_run_failed_or_none_did_reproduce_nothing():
   claim = _claim(protocol, "pre_diverges_more")
   strata = {(shape, lr): (np.full(5, lr > 0.5), np.full(5, lr > 0.5))
             for shape in ("depth 6, width 32", DEPTH_12) for lr in STABILITY.LRS}
-  assert three_way.decide(claim, protocol, three_way.Counts(strata)).verdict in (v.INCONCLUSIVE, v.NOT_TESTABLE)
+  found = three_way.decide(claim, protocol, three_way.Counts(strata))
+  assert found.verdict in (v.INCONCLUSIVE, v.NOT_TESTABLE)
+  # the effect cell pools the strata: each arm's count says of how many runs (it said "Pre-LN 40")
+  assert tables.effects(found) == "diverged: Peri-LN 10 of 70, Pre-LN 10 of 70"
 
 
 def test_a_never_failing_claim_is_rarely_reproduced_at_the_never_rate():

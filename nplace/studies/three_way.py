@@ -234,8 +234,7 @@ def _decide_rate(claim, protocol, data: Rate) -> Verdict:
 
 def _decide_counts(claim, protocol, data: Counts, family) -> Verdict:
   table = data.table()
-  b = sum(t[2] for t in table)
-  w = sum(t[0] for t in table)
+  counts = tuple(sum(t[i] for t in table) for i in (2, 3, 0, 1))  # better's failed and runs, then worse's
   p_for, p_against = raw_ps(data)
   how = (f"exact stratified test over {len(table)} strata" if len(table) > 1 else "one-sided Fisher's exact tests")
   if family:
@@ -245,7 +244,7 @@ def _decide_counts(claim, protocol, data: Counts, family) -> Verdict:
   if all(t[0] + t[2] in (0, t[1] + t[3]) for t in table):
     how += "; every run of both arms failed, or none did, wherever both ran: no test can decide"
   verdict = reading(p_for < level, p_against < level)
-  return Verdict(claim, verdict, (), (b, w), f"{how}: p = {p_for:.3g} that {claim.worse} fails more, "
+  return Verdict(claim, verdict, (), counts, f"{how}: p = {p_for:.3g} that {claim.worse} fails more, "
                                              f"{p_against:.3g} less; level {level:g}")
 
 

@@ -38,7 +38,7 @@ class Verdict:
   claim: Claim
   verdict: str
   effects: tuple[Effect, ...]  # per shape; () for divergence counts
-  counts: tuple[int, int] | None  # (better, worse) divergences, for `divergences`
+  counts: tuple[int, int, int, int] | None  # failed runs of better, its runs, of worse, its runs: counted claims
   would_change: str
 
 

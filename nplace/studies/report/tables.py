@@ -38,9 +38,9 @@ def scale_line(grid_file, arg: str, study, found) -> str:
 
 def effects(verdict) -> str:
   if verdict.counts is not None:
-    b, w = verdict.counts
+    b, runs_b, w, runs_w = verdict.counts
     outcome = "diverged" if verdict.claim.metric == "divergences" else "failed"
-    return f"{outcome}: {verdict.claim.better} {b}, {verdict.claim.worse} {w}"
+    return f"{outcome}: {verdict.claim.better} {b} of {runs_b}, {verdict.claim.worse} {w} of {runs_w}"
   whats = {e.what for e in verdict.effects}
   text = "; ".join(f"{e.shape}: {markdown.ci(e.mean, e.low, e.high)}" for e in verdict.effects)
   return f"{', '.join(sorted(whats))}: {text}" if text else "-"
