@@ -110,6 +110,8 @@ def test_restored_state_replays_the_same_batches(data, tmp_path):
 
 
 def test_too_few_windows_for_a_batch(data):
+  n = len(reference_windows(data, "val"))  # exactly one batch of them is enough
+  assert len(list(loader.make_iterator(data, "val", n, seed=0, shuffle=False, process_index=0, process_count=1))) == 1
   with pytest.raises(DataError, match="fewer than a global batch of 64 x 4 processes"):
     loader.make_iterator(data, "val", 64, seed=0, shuffle=False, process_index=0, process_count=4)
 
@@ -147,3 +149,13 @@ def test_batches_are_grains_order_of_the_brute_force_windows(dataset, split, shu
         assert got is None
         break
       np.testing.assert_array_equal(got, want)
+
+
+def test_windows_of_several_shards_are_each_shards_brute_force_windows(sharded):
+  """Every train window, gathered in reverse order (indices from five shards in one call),
+  is the brute-force window of its own shard: none reads across a shard's end, in particular
+  at each shard's first window."""
+  windows = loader.Windows(prepare.prepared_dir(sharded), "train", L)
+  expected = reference_windows(sharded, "train")
+  assert len(windows) == len(expected)
+  np.testing.assert_array_equal(windows.rows(np.arange(len(windows))[::-1]), expected[::-1])

@@ -137,6 +137,10 @@ def test_damaged_directory_is_redone_and_shards_without_meta_are_kept(tmp_path):
     f.truncate(10)
   P.prepare(d, out)
   np.testing.assert_array_equal(all_tokens(out), reference)
+  with open(out / "val_00000.bin", "ab") as f:  # or grown: a shard is exactly its meta.json's size
+    f.write(b"\0\0")
+  P.prepare(d, out)
+  np.testing.assert_array_equal(all_tokens(out), reference)
 
 
 @pytest.mark.slow
@@ -335,3 +339,10 @@ def test_shakespeare_ships_prepares_offline_and_trains(tmp_path, capsys, monkeyp
   assert main.main(run) == 0
   summary = json.loads((tmp_path / "run" / "summary.json").read_text())
   assert summary["status"] == "completed" and summary["frequency_loss"] > 3 and np.isfinite(summary["val_loss"])
+
+
+def test_each_split_needs_one_window_of_seq_len_plus_one_tokens():
+  meta = {"tokens": {"train": 100, "val": 9}, "identity": {"val_fraction": 0.1}}
+  P.check_windows(meta, 8, "here")  # 9 tokens: 8 inputs and their 8 targets
+  with pytest.raises(DataError, match=r"100 train / 9 val .* seq_len\+1=10 tokens"):
+    P.check_windows(meta, 9, "here")

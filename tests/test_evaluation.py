@@ -212,3 +212,22 @@ def test_eval_without_checkpoints_is_one_line(tmp_path, capsys):
   assert main.main(["eval", "--workdir", str(tmp_path)]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "no checkpoints" in err
+
+
+@pytest.mark.parametrize("tokens,probe_rows,error", [
+    (65, 8, None), (64, 0, "train.eval_batches"), (65, 9, "probe.batch_size")])
+def test_the_validation_split_is_counted_in_windows_of_seq_len_plus_one(tokens, probe_rows, error):
+  """A split of n tokens holds (n - 1) // seq_len windows (consecutive windows share a token):
+  65 tokens are 8 windows of 9, 2 batches of 4 or 8 probe rows; 64 are 7."""
+  from conftest import tiny_config
+  from nplace.errors import ConfigError
+  c = tiny_config()
+  c.data.seq_len = 8
+  c.train.update(batch_size=4, eval_batches=2)
+  c.probe.update(every=int(probe_rows > 0), batch_size=max(probe_rows, 1))
+  meta = {"shards": {"val": [["val_00000.bin", tokens]]}}
+  if error is None:
+    evaluation.check_validation_split(c, meta)
+  else:
+    with pytest.raises(ConfigError, match=error):
+      evaluation.check_validation_split(c, meta)

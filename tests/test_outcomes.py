@@ -1,5 +1,6 @@
 """Failure kinds and the collapse verdict on hand-made summaries."""
 import math
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -50,6 +51,12 @@ def test_spike_is_a_climb_back_above_the_best_loss():
   assert outcomes.failures(summary(loss_spikes=0, max_train_loss=FREQ + 3)) == ()  # slow start
 
 
+def test_counts_are_runs_failed_and_runs_of_each_kind():
+  runs = [types.SimpleNamespace(summary=s) for s in (
+      summary(), summary(val_loss=FREQ), summary(status="diverged", max_loss_rebound=5.0))]
+  assert outcomes.counts(runs) == {"failed": 2, "nonfinite": 1, "frequency_loss": 1, "spike": 1}
+
+
 def test_kinds_are_reported_together_most_severe_first():
   s = summary(val_loss=FREQ, max_loss_rebound=5.0)
   assert outcomes.failures(s) == ("frequency_loss", "spike")
@@ -96,6 +103,7 @@ def test_a_spike_that_never_comes_back_is_reported_unrecovered():
   assert outcomes.spikes([(20, 3.0), (30, 2.5), (40, 4.0), (50, 3.2), (60, 3.1)], WARMUP, 1.0) == [
       outcomes.Spike(40, 1.5, False)]
   assert outcomes.spikes([(5, 9.0), (20, 3.0), (30, 3.5)], WARMUP, 1.0) == []  # warmup and noise
+  assert outcomes.spikes([(20, 3.0), (30, math.inf), (40, 3.1)], WARMUP, 1.0) == []  # a divergence, not a spike
 
 
 @pytest.mark.parametrize("fields,loss", [
@@ -115,6 +123,8 @@ def test_learning_then_staying_above_the_frequency_loss_is_a_divergence():
   assert outcomes.classify(s, loss, WARMUP, DID_NOT_LEARN) == outcomes.DIVERGED
   s, loss = run(2.9, [5.0, 3.5, 2.8, 6.0, 5.2, 3.0])  # came back below it: a spike, not a divergence
   assert outcomes.classify(s, loss, WARMUP, DID_NOT_LEARN) == outcomes.LEARNED
+  s, loss = run(5.1, [5.0, 3.5, 2.8, 2.9, 5.2])  # above it at the last logged step alone: still lost
+  assert outcomes.classify(s, loss, WARMUP, DID_NOT_LEARN) == outcomes.DIVERGED
 
 
 def test_a_stuck_run_did_not_learn_and_is_never_called_diverged():
@@ -124,6 +134,8 @@ def test_a_stuck_run_did_not_learn_and_is_never_called_diverged():
   assert outcomes.classify(s, loss, WARMUP, DID_NOT_LEARN) == outcomes.DID_NOT_LEARN
   s, loss = run(4.1, [5.0, 4.3, 4.1])  # 0.12 of the learnable nats: learned, just
   assert outcomes.classify(s, loss, WARMUP, DID_NOT_LEARN) == outcomes.LEARNED
+  s, loss = run(FREQ - 0.08 * (FREQ - RATE), [5.0, 4.3, 4.25])  # 0.08 of them: did not, just
+  assert outcomes.classify(s, loss, WARMUP, DID_NOT_LEARN) == outcomes.DID_NOT_LEARN
 
 
 def test_a_plateau_is_the_last_quarters_mean_within_the_margin():
@@ -209,3 +221,36 @@ def test_a_blow_up_is_a_rise_above_the_running_minimum_after_warmup():
   assert outcomes.blew_up([(5, 3.0), (20, 4.0)], WARMUP, 1.0)  # the minimum includes warmup's steps
   assert outcomes.blew_up([(20, 3.0), (30, math.nan)], WARMUP, 1.0)
   assert not outcomes.blew_up([(5, 3.0), (8, 9.0), (20, 3.9), (30, 3.5)], WARMUP, 1.0)
+
+
+def test_a_rise_at_the_last_warmup_step_is_not_a_blow_up():
+  assert not outcomes.blew_up([(5, 3.0), (WARMUP, 9.0), (20, 3.5)], WARMUP, 1.0)
+
+
+def test_rules_2_a_warmup_transient_above_init_or_a_loss_at_init_is_no_blow_up():
+  """The warmup's first steps may climb above the loss at init (`make demo`'s Peri-LN run); a run
+  that never moves from its init loss blew nothing up either (it did not learn)."""
+  loss = per_step((1, INIT, INIT), (WARMUP - 1, 8.0, 5.0), (90, 5.0, 2.3))
+  assert classify2(loss, val_loss=2.35) == (outcomes.LEARNED, None)
+  stuck = [(step, INIT) for step in range(1, 101)]
+  assert classify2(stuck, val_loss=INIT) == (outcomes.DID_NOT_LEARN, None)
+
+
+def test_rules_2_a_blow_up_ending_at_the_frequency_loss_is_not_recovered():
+  loss = per_step((WARMUP, INIT, 5.0), (40, 5.0, 3.0), (1, 9.0, 9.0), (49, 4.0, FREQ))
+  outcome, blown = classify2(loss, val_loss=FREQ)
+  assert outcome == outcomes.DIVERGED and not blown.recovered
+
+
+def test_rules_2_a_spike_up_to_the_loss_at_init_is_a_spike_not_a_blow_up():
+  loss = per_step((WARMUP, INIT, 3.0), (20, 3.0, 2.8), (1, INIT, INIT), (69, 2.8, 2.5))
+  (spike,) = outcomes.spikes(loss, WARMUP, 1.0, blow_ups=True)
+  assert spike.step == WARMUP + 21 and spike.recovered
+  assert classify2(loss, val_loss=2.5) == (outcomes.LEARNED, None)
+
+
+def test_without_an_entropy_rate_learning_needs_the_margin_below_the_frequency_loss():
+  s = summary(val_loss=FREQ - 0.1)
+  assert outcomes.classify(s, [(20, 5.0), (30, FREQ - 0.1)], WARMUP, 0.1) == outcomes.LEARNED
+  assert outcomes.classify(s, [(20, 5.0), (30, FREQ - 0.1)], WARMUP, 0.1, learned_margin=0.25) == \
+      outcomes.DID_NOT_LEARN

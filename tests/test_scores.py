@@ -15,6 +15,8 @@ def test_perplexity_definitions_on_hand_computed_values():
   got = scores.perplexities([0.0, math.log(4.0)])
   assert got["perplexity"] == pytest.approx(2.5)  # (1 + 4) / 2
   assert got["perplexity_of_mean_loss"] == pytest.approx(2.0)  # exp((0 + ln 4) / 2)
+  # three: the mean of exp, not its median (4) nor the middle of its range (8.5)
+  assert scores.perplexities([0.0, math.log(4.0), math.log(16.0)])["perplexity"] == pytest.approx(7.0)
   with warnings.catch_warnings():
     warnings.simplefilter("error")  # a diverged model's: inf, without numpy's overflow warning on the terminal
     assert scores.perplexities([1000.0, 1.0]) == {"perplexity": math.inf, "perplexity_of_mean_loss": math.exp(500.5)}

@@ -1,4 +1,6 @@
-"""The jitted train step: sharding-invariance, gradient accumulation, the non-finite guard."""
+"""The jitted train step: sharding-invariance, gradient accumulation, the non-finite guard, a
+cell's inactive runs (the fast ones on a stand-in bigram model); the eval step's losses."""
+import functools
 import json
 import os
 import pathlib
@@ -9,11 +11,13 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from conftest import tiny_config, xla_flags
+from nplace.config import OptimConfig
 from nplace.runtime import sharding
-from nplace.train import state as train_state, steps
+from nplace.train import optim, state as train_state, steps
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
@@ -144,3 +148,107 @@ def test_a_cell_traces_lr_weight_decay_and_eps_with_the_bits_of_constants():
       found.append([*out, *map(np.asarray, jax.tree.leaves(state))])
     for constant, argument in zip(*found):
       np.testing.assert_array_equal(argument, constant, err_msg=f"{placement} dt {dt}")
+
+
+V = 8  # the stand-in model's vocabulary
+
+
+def bigram_loss(cfg, params, batch_BT1, dt=None):
+  """decoder.loss's stand-in in the fast tests: a bigram model's mean cross-entropy (nonlinear in
+  its params, compiled in a blink). `gate` reaches the loss as 0 * sqrt(gate): at gate 0 the loss
+  stays finite and its gradient is NaN, the case a guard on the loss alone would miss."""
+  fc = params["blocks"]["fc"]
+  logits_BTV = fc["kernel"][batch_BT1[:, :-1]] + fc["bias"]
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, batch_BT1[:, 1:]).mean()
+  return ce + 0.0 * jnp.sqrt(params["gate"]["scale"]).sum()
+
+
+def bigram_run(monkeypatch, grad_accum=1, guard="select"):
+  """(config, a fresh state, 8 sequences) of the stand-in model, under a 4-step warmup."""
+  monkeypatch.setattr(steps.decoder, "loss", bigram_loss)
+  c = tiny_config()
+  c.train.update(batch_size=8, grad_accum=grad_accum, steps=10, update_guard=guard)
+  c.optim.update(lr=0.1, warmup_steps=4, eps=1e-3, weight_decay=0.1)
+  rng = np.random.default_rng(0)
+  params = {"blocks": {"fc": {"kernel": jnp.asarray(rng.normal(size=(V, V)), jnp.float32),
+                              "bias": jnp.zeros(V)}},
+            "gate": {"scale": jnp.ones(())}}
+  tx = optim.make(OptimConfig.of(c.optim), c.train.steps)
+  state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+  batch_BT1 = jnp.asarray(rng.integers(V, size=(8, c.data.seq_len + 1)), jnp.int32)
+  return c, state, batch_BT1
+
+
+def reference_step(c, state, batch_BT1):
+  """One step on the whole batch, by optax directly: (loss, gradient norm, new params). Jitted:
+  optax op by op takes seconds to dispatch."""
+  tx = optim.make(OptimConfig.of(c.optim), c.train.steps)
+
+  def step(state, batch_BT1):
+    loss, grads = jax.value_and_grad(functools.partial(bigram_loss, None))(state["params"], batch_BT1)
+    updates, _ = tx.update(grads, state["opt_state"], state["params"])
+    return loss, optax.tree.norm(grads), optax.apply_updates(state["params"], updates)
+
+  return jax.jit(step)(state, batch_BT1)
+
+
+@pytest.mark.parametrize("grad_accum", [1, 4])
+def test_a_step_is_the_mean_loss_and_gradient_of_its_batch_and_one_adamw_update(monkeypatch, grad_accum):
+  """Microbatches' losses and gradients are averaged, not summed (a sum is Adam-invariant but
+  for eps and clipping, and k times the logged loss and gradient norm); the logged lr is the
+  one the update used, lr/warmup at the first step."""
+  c, state, batch_BT1 = bigram_run(monkeypatch, grad_accum)
+  after, m = jax.jit(steps.make_train_step(c))(state, batch_BT1)
+  loss, grad_norm, params = reference_step(c, state, batch_BT1)
+  np.testing.assert_allclose(m["loss"], loss, rtol=1e-6)
+  np.testing.assert_allclose(m["grad_norm"], grad_norm, rtol=1e-5)
+  np.testing.assert_allclose(m["lr"], 0.1 / 4, rtol=1e-6)
+  assert bool(m["finite"]) and int(after["step"]) == 1
+  for a, b in zip(jax.tree.leaves(after["params"]), jax.tree.leaves(params)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("guard", ["select", "cond"])
+def test_a_finite_loss_with_a_non_finite_gradient_is_not_applied(monkeypatch, guard):
+  """An overflow in the backward alone (the loss finite) must still leave the state as it was."""
+  c, state, batch_BT1 = bigram_run(monkeypatch, guard=guard)
+  state["params"]["gate"]["scale"] = jnp.zeros(())
+  after, m = jax.jit(steps.make_train_step(c))(state, batch_BT1)
+  assert np.isfinite(m["loss"]) and not np.isfinite(m["grad_norm"]) and not bool(m["finite"])
+  jax.tree.map(np.testing.assert_array_equal, {k: after[k] for k in ("params", "opt_state")},
+               {k: state[k] for k in ("params", "opt_state")})
+  assert int(after["step"]) == 1
+
+
+def test_a_cells_inactive_run_keeps_its_state_while_the_active_one_steps(monkeypatch):
+  """A run that diverged (train.on_divergence=stop) is still stepped with its cell, inactive: its
+  later steps may be finite, and must not move its params or optimizer state."""
+  c, state, batch_BT1 = bigram_run(monkeypatch)
+  stack = lambda *xs: jax.tree.map(lambda *x: jnp.stack(x), *xs)
+  cell_step = jax.jit(steps.make_cell_step(c, ()))
+  after, m = cell_step(stack(state, state), stack(batch_BT1, batch_BT1), {}, jnp.array([True, False]))
+  _, _, params = reference_step(c, state, batch_BT1)
+  for a, b in zip(jax.tree.leaves(after["params"]), jax.tree.leaves(params)):
+    np.testing.assert_allclose(a[0], b, rtol=1e-5, atol=1e-7)
+  for a, b in zip(jax.tree.leaves({k: after[k] for k in ("params", "opt_state")}),
+                  jax.tree.leaves({k: state[k] for k in ("params", "opt_state")})):
+    np.testing.assert_array_equal(a[1], b)
+  np.testing.assert_array_equal(m["finite"], [True, True])  # inactive is not non-finite
+
+
+def test_eval_losses_are_each_sequences_token_mean_cross_entropy():
+  """loss_JB is per sequence (perplexity averages exp over it), against numpy's log-softmax."""
+  c = tiny_config()
+  c.eval.generate = 0
+  rng = np.random.default_rng(1)
+  table_VV = rng.normal(size=(V, V)).astype(np.float32)
+  forward = lambda params, tokens_BT, dt: jnp.asarray(table_VV)[tokens_BT]
+  batches_JBT1 = rng.integers(V, size=(2, 3, c.data.seq_len + 1)).astype(np.int32)
+  out = jax.jit(steps.make_eval_step(c, forward))(None, batches_JBT1)
+  logits_JBTV = table_VV.astype(np.float64)[batches_JBT1[..., :-1]]
+  log_p_JBTV = logits_JBTV - np.log(np.exp(logits_JBTV).sum(-1, keepdims=True))
+  target_JBT = batches_JBT1[..., 1:]
+  want_JB = -np.take_along_axis(log_p_JBTV, target_JBT[..., None], -1)[..., 0].mean(-1)
+  np.testing.assert_allclose(out["loss_JB"], want_JB, rtol=1e-5)
+  np.testing.assert_array_equal(out["target_JBT"], target_JBT)
+  np.testing.assert_array_equal(out["pred_JBT"], logits_JBTV.argmax(-1))

@@ -3,6 +3,7 @@ one-line error naming the file and the field, but for fields added since summari
 eval results filed under their names."""
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -81,17 +82,59 @@ def test_the_counters_are_what_a_resume_carries_over():
                                        "gen_bertscore_p", "gen_bertscore_r", "gen_bertscore_f1"}
 
 
+class Scalars:
+  """A writer that keeps what it is given."""
+
+  def __init__(self):
+    self.logged = {}
+
+  def scalars(self, step, values):
+    self.logged.setdefault(step, {}).update(values)
+
+
 def test_a_run_resumed_at_its_last_step_keeps_its_losses(tmp_path):
   from nplace.config import base_config
   from nplace.train.step_log import StepLog
   config = base_config()
-  before = StepLog(config, None, Summary(), 1, None, tmp_path / "counters.json")
+  before = StepLog(config, None, Summary(loss_spikes=3), 1, None, tmp_path / "counters.json")
+  for step in (10, 20, 30):
+    before.save_counters(step)
   before.summary.train_loss = 4.5
   before.summary.file_eval({"loss": 4.25, "perplexity": 70.0, "perplexity_of_mean_loss": 70.1,
                             "teacher_forced_rougeL": 0.5, "copy_rougeL": 0.9, "gen_rougeL": 0.1})
   before.save_counters(40)
-  after = StepLog(config, None, Summary(step=40), 1, None, tmp_path / "counters.json")
+  # checkpoint.keep (3) checkpoints' counters, and one more for the checkpoint being written
+  assert sorted(json.loads((tmp_path / "counters.json").read_text()), key=int) == ["10", "20", "30", "40"]
+  after = StepLog(config, Scalars(), Summary(step=40), 1, None, tmp_path / "counters.json")
   after.restore_counters(40)
   s = after.summary
   assert (s.train_loss, s.val_loss, s.val_perplexity, s.rougeL, s.copy_rougeL, s.gen_rougeL) == (
       4.5, 4.25, 70.0, 0.5, 0.9, 0.1)
+  after.record(41, {"loss": 4.4, "finite": True, "grad_norm": 1.0, "lr": 0.1}, 0.0)
+  assert s.loss_spikes == 3  # counting on from the saved count
+
+
+# Steps 1-9 of a run warming up for 2: a transient low inside warmup (2.0, which the counters
+# must not see), a 1.5-nat climb back (3.0 -> 4.5), a non-finite step 8.
+LOSSES = [6.0, 2.0, 4.0, 3.0, 4.5, 2.5, 3.2, math.nan, 2.8]
+
+
+@pytest.mark.parametrize("mode", ["skip", "stop"])
+def test_the_step_log_counts_after_warmup_and_handles_a_non_finite_step(mode):
+  from nplace.config import base_config
+  from nplace.train.step_log import StepLog
+  config = base_config()
+  config.optim.warmup_steps = 2
+  config.train.update(steps=9, log_every=1, on_divergence=mode)
+  log = StepLog(config, Scalars(), Summary(), 1, None, None)
+  for step, loss in enumerate(LOSSES, 1):
+    log.record(step, {"loss": loss, "finite": math.isfinite(loss), "grad_norm": 1.0, "lr": 0.1}, float(step))
+    if log.summary.status == "diverged":  # the loop stops the run here
+      break
+  s = log.summary
+  # every step after warmup, to the last finite one: min 2.5, max 4.5, the climb 3.0 -> 4.5
+  assert (s.min_train_loss, s.max_train_loss, s.max_loss_rebound) == (2.5, 4.5, pytest.approx(1.5))
+  if mode == "skip":
+    assert (s.status, s.diverged_at, s.skipped_steps, s.step, s.train_loss) == ("completed", None, 1, 9, 2.8)
+  else:  # diverged at step 8, where the loop stops the run
+    assert (s.status, s.diverged_at, s.skipped_steps) == ("diverged", 8, 0)

@@ -23,6 +23,8 @@ def test_spike_counter_flags_only_outliers_after_a_full_window():
   assert not any(flags)
   assert counter.update(3.5) and counter.count == 1
   assert not counter.update(float("nan")) and counter.count == 1
+  assert not counter.update(2.0) and counter.count == 1  # a sudden drop is not a spike
+  assert counter.update(10.0) and counter.count == 2  # the NaN did not enter the window (its mean would be NaN)
 
 
 def test_progress_plain_lines_off_a_terminal():
