@@ -12,7 +12,6 @@ train`) or cell (`nplace sweep --cell N`) instead, one per pod worker; without -
 commands write to WORKDIR.
 --record writes DIR/sweep.json from the trials' own summaries and runs nothing (trials run
 elsewhere, a slice each: launch/tpu.py sweep)."""
-import json
 import re
 import shlex
 import sys
@@ -117,7 +116,7 @@ def main(argv):
     _check_cells_resume_together(workdir, trials, record, groups, fv.batch)
   sweep.write_record(workdir / workdirs.SWEEP_RECORD, record)
   if fv.record:
-    print(f"{sweep.progress_line(record['trials'], [])}; record in {workdir / 'sweep.json'}")
+    print(f"{sweep.progress_line(record['trials'], [])}; record in {workdir / workdirs.SWEEP_RECORD}")
     return
   running = [trials[i] for i in sorted(i for cell in groups for i in cell)]
   with compile_cache.persistent(workdir / compile_cache.DIRNAME), progress.labelled(_labels(running)):
@@ -126,7 +125,7 @@ def main(argv):
   if failed:  # a script's `nplace sweep && nplace report` stops here
     named = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
     print(f"nplace sweep: {len(failed)} of {sum(map(len, groups))} trials failed ({named}: their errors are in "
-          f"{workdir / 'sweep.json'}); rerun the same command to retry them", file=sys.stderr)
+          f"{workdir / workdirs.SWEEP_RECORD}); rerun the same command to retry them", file=sys.stderr)
     return 1
 
 
@@ -135,11 +134,8 @@ def _check_finished_trials_unchanged(workdir: epath.Path, trials: list[grid.Plan
   changed override or experiment file): the rerun would skip it, and the rewritten record would
   describe it by the new command. An old command that no longer reads (its file moved, or its
   config no longer validates) is let be."""
-  path = workdir / workdirs.SWEEP_RECORD
-  try:
-    before = {e["name"]: e for e in json.loads(path.read_text())["trials"]} if path.exists() else {}
-  except (ValueError, KeyError, TypeError):
-    return  # not a record this command wrote: it is rewritten as before
+  # none, or not a record this command wrote: it is rewritten as before
+  before = {e["name"]: e for e in sweep.recorded(workdir / workdirs.SWEEP_RECORD)}
   for t in trials:
     old = before.get(t.name)
     if old is None or old.get("status") not in sweep.FINISHED or old.get("command") == t.command:

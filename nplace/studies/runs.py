@@ -59,7 +59,7 @@ def load(path) -> Source:
     try:
       runs = [_trial(path, t) for t in sweep["trials"]]
     except (KeyError, TypeError) as e:
-      raise RunsError(f"{path / 'sweep.json'}: a trial lacks {e}") from None
+      raise RunsError(f"{path / workdirs.SWEEP_RECORD}: a trial lacks {e}") from None
     return Source(path, study_of(sweep.get("config")), sweep.get("config"), runs)
   if (path / workdirs.SUMMARY).is_file():
     dirs, left_out = [path], {}

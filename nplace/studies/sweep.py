@@ -38,7 +38,7 @@ def _status_on_disk(trial_dir: epath.Path) -> str:
     return "pending"
 
 
-def _recorded(path: epath.Path) -> list[dict]:
+def recorded(path: epath.Path) -> list[dict]:
   """The trial entries of the sweep.json at `path`; [] where there is none, or it is not one."""
   try:
     entries = json.loads(path.read_text())["trials"]
@@ -50,7 +50,7 @@ def _recorded(path: epath.Path) -> list[dict]:
 def new_record(spec: str, cli_overrides: list[str], trials, workdir: epath.Path) -> dict:
   """sweep.json's content for `trials`: each one's status read from its summary, if it has one;
   a trial without one that the record on disk says failed stays failed, with its error."""
-  failures = {e["name"]: e.get("error") for e in _recorded(workdir / workdirs.SWEEP_RECORD)
+  failures = {e["name"]: e.get("error") for e in recorded(workdir / workdirs.SWEEP_RECORD)
               if e.get("status") == "failed"}
   entries = []
   for t in trials:
@@ -71,7 +71,7 @@ def write_record(path: epath.Path, record: dict) -> None:
 def _write_keeping_others(path: epath.Path, record: dict, own: set[int]) -> None:
   """write_record, with the entries of trials this process does not run as the file now holds
   them: cells run at once on one workdir (`--cell N` each) must not undo each other's."""
-  on_disk = _recorded(path)  # none yet, or not a record of this grid: this one replaces it
+  on_disk = recorded(path)  # none yet, or not a record of this grid: this one replaces it
   same_grid = [e["name"] for e in on_disk] == [e["name"] for e in record["trials"]]
   for i in range(len(record["trials"]) if same_grid else 0):
     if i not in own:
