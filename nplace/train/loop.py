@@ -132,13 +132,13 @@ def _check_resume(run, extend: bool) -> None:
 SIZE_KEYS = ("model.n_layer", "model.d_model", "model.d_ff", "model.vocab_size", "model.max_len")
 
 
-def _check_memory(config, devices, runs: int) -> None:
+def _check_memory(config, state_bytes: int, devices, runs: int) -> None:
   """ConfigError (one line naming the model's size keys) when the train states of `runs` runs
-  alone (parameters and AdamW moments, in their dtypes) exceed the memory of all `devices`
-  together: they could never be held, and finding out took a compile and an out-of-memory
-  traceback. Activations are not counted, and memory that is not known refuses nothing."""
+  alone (`state_bytes` each: parameters and AdamW moments, in their dtypes) exceed the memory of
+  all `devices` together: they could never be held, and finding out took a compile and an
+  out-of-memory traceback. Activations are not counted, and memory that is not known refuses nothing."""
   has = chips.memory_bytes(devices)
-  needs = runs * model_info(config)["state_bytes"]
+  needs = runs * state_bytes
   if has is None or needs <= has:
     return
   sizes = ", ".join(f"{key}={config[key]}" for key in SIZE_KEYS if config[key] is not None)
@@ -182,7 +182,8 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
             f"train.steps and --extend train it on): {summary.to_json(indent=None)}", flush=True)
     return finished
   devices = cpu_split.mesh_devices(config)
-  _check_memory(config, devices, len(runs))
+  info = model_info(config)
+  _check_memory(config, info["state_bytes"], devices, len(runs))
   if config.train.batch_size % n_proc:
     raise ConfigError("train.batch_size", config.train.batch_size, f"must divide over {n_proc} processes")
   cell = Cell(runs, devices)  # ConfigError on an uneven split, or runs that cannot share a program
@@ -199,7 +200,7 @@ def train_cell(configs: dict, run_dirs: dict, extend: bool = False) -> list[Summ
     for run in runs:
       _check_resume(run, extend)
       _check_data(run, meta, is_main)
-    _run(cell, meta, progress, is_main)
+    _run(cell, meta, progress, is_main, info["flops_per_token"])
   finally:  # also after an error: no save is left writing (nplace sweep goes on to the next trial)
     for run in runs:
       run.mngr.wait_until_finished()
@@ -233,7 +234,7 @@ def _announce(progress, cell, evaluator):
     progress.message(note)
 
 
-def _run(cell, meta, progress, is_main) -> None:
+def _run(cell, meta, progress, is_main, flops_per_token: float) -> None:
   """The loop, from the newest checkpoint (or init) to the last step, divergence or SIGTERM."""
   config = cell.config
   cell.open_data()
@@ -247,7 +248,7 @@ def _run(cell, meta, progress, is_main) -> None:
                                    lambda b: jax.make_array_from_process_local_data(cell.eval_batch_sharding, b),
                                    cell.local_batch, is_main)
   peak = chips.peak_flops(cell.mesh.devices.flat[0].device_kind, config.train.peak_flops)
-  mfu_per_tps = model_info(config)["flops_per_token"] / (peak * cell.mesh.size) if peak else None
+  mfu_per_tps = flops_per_token / (peak * cell.mesh.size) if peak else None
   for run in cell.runs:
     # a fresh start purges from step 0: a run killed before its first checkpoint landed may have
     # logged steps that this one logs again
