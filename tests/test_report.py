@@ -492,6 +492,8 @@ def test_the_answers_carry_what_their_sections_say_beside_each_verdict():
       "Peri-LN matches Pre-LN at its best rate (on protocol 3's trials, seen before this version)",
       "Peri-LN learns at higher rates ... and so without weight decay (on protocol 3's trials, seen before this "
       "version)"]
+  edge = Claim("pre_fails_more_at_edge", "At Pre-LN's edge rate Pre-LN fails more", "failed", "Pre-LN", "Peri-LN")
+  page[0].verdicts.append(verdict.Verdict(edge, verdict.CONTRADICTED, (), None, ""))
   saying = answers.takeaway(page)
   assert ("Peri-LN learns at higher rates: **yes** (fragile), but **not shown** on `cpu_wide` (on protocol 3's "
-          "trials, seen before this version).") in saying
+          "trials, seen before this version). At Pre-LN's edge rate Pre-LN fails more: **no**.") in saying

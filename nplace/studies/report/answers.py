@@ -140,7 +140,7 @@ def takeaway(judged) -> str:
       answers.append(f"{v.claim.statement}{_seen(j)}: {plain(v.verdict)}{_cautions(j, v)}"
                      + _elsewhere(found, j, v, plain, link=False, joiner=", but "))
     if answers:
-      parts.append(f"*{question}?* " + "; ".join(answers) + ".")
+      parts.append(f"*{question}?* " + ". ".join(answers) + ".")
   return ("**What to take away at this scale** (each answer a claim's verdict below: yes = reproduced, no = "
           "contradicted, not shown = inconclusive, not yet = not testable yet; in brackets, what its section says "
           "beside it): " + " ".join(parts))
