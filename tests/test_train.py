@@ -172,9 +172,14 @@ def test_a_run_killed_during_an_eval_redoes_it_on_resume(tmp_path, capsys, monke
   with pytest.raises(Killed):
     main.main(args)
   monkeypatch.setattr(cell.Cell, "evaluate", evaluate)
-  assert main.main(args) == 0
+  assert main.main([*args, "--config.optim.lr=4e-3"]) == 0  # accepted, as MaxText does: a rate changed mid-run
   assert "resumed from step 10 " in capsys.readouterr().out  # step 20's checkpoint waits for its eval
   assert sorted(scalars(tmp_path, "eval/loss")) == [0, 20, 40]
+  acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+  acc.Reload()
+  shown = {e.step: json.loads(e.tensor_proto.string_val[0].decode().strip("`\n"))["optim"]["lr"]
+           for e in acc.Tensors("config/text_summary")}
+  assert shown == {0: 2e-3, 11: 4e-3}  # each start shows the config it trains on
 
 
 @pytest.mark.slow
