@@ -195,7 +195,8 @@ def test_plain_run_directories_get_a_runs_section_and_the_command_that_remakes_t
 
 def test_a_run_that_recovered_from_a_spike_learned_and_shows_the_spike(tmp_path, capsys):
   """Protocol 0 called this run (val loss 2.38, a 2.5-nat rebound) a `spike`; the run table
-  judges it as the protocols do. A jump inside warmup (read from the saved config) is no spike."""
+  judges it as the protocols do. A jump inside warmup (read from the saved config) is no spike.
+  An unfinished run is not judged; a failed sweep trial shows its error (it showed "failed" alone)."""
   run_dir = tmp_path / "post"
   warmup = [6.0, 5.9, 5.8, 5.7, 9.0, 5.6, 5.5, 5.4, 5.3, 5.2]  # steps 1-10
   descent = list(np.linspace(4.0, 3.0, 19))  # steps 11-29
@@ -221,6 +222,13 @@ def test_a_run_that_recovered_from_a_spike_learned_and_shows_the_spike(tmp_path,
   report(run_dir, "--out", tmp_path / "out", capsys=capsys)
   [row] = table((tmp_path / "out" / "report.md").read_text(), "| run | status |")
   assert (row["status"], row["outcome"]) == ("preempted", "-")  # unfinished: not judged
+  (run_dir / "summary.json").unlink()  # a sweep's trial that failed before it wrote one
+  (tmp_path / "sweep.json").write_text(json.dumps({"config": "experiments/tiny.py:post", "overrides": [], "trials": [
+      {"name": "run", "overrides": {}, "workdir": "run", "command": "nplace train --workdir run",
+       "status": "failed", "error": "ConfigError: model.n_head=3: must divide model.d_model=32", "summary": None}]}))
+  report(tmp_path, "--out", tmp_path / "out", capsys=capsys)
+  [row] = table((tmp_path / "out" / "report.md").read_text(), "| run | status |")
+  assert (row["status"], row["outcome"]) == ("failed: ConfigError: model.n_head=3: must divide model.d_model=32", "-")
 
 
 def test_a_folders_other_runs_are_named_and_a_report_replaces_only_its_own(tmp_path, capsys):

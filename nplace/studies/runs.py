@@ -29,6 +29,7 @@ class Run:
   overrides: dict  # dotted config key -> value (a sweep trial's); {} for a plain run
   command: str
   status: str  # the trial's status (pending, running, ...) or the summary's
+  error: str | None = None  # a failed trial's error, as the sweep recorded it
 
 
 @dataclasses.dataclass
@@ -91,7 +92,7 @@ def _trial(root: epath.Path, trial: dict) -> Run:
   except SummaryError as e:
     raise RunsError(str(e)) from None
   return Run(trial["name"], workdir, summary, trial.get("overrides") or {}, trial["command"],
-             trial.get("status") or status_of(summary))
+             trial.get("status") or status_of(summary), trial.get("error"))
 
 
 def _plain(workdir: epath.Path) -> Run:

@@ -15,7 +15,7 @@ COLUMNS = (  # header, summary key, how it is written
 
 
 def run_table(page, runs) -> str:
-  """One row per run: its directory (linked), status, outcome of a finished run
+  """One row per run: its directory (linked), status (a failed trial's with its error), outcome of a finished run
   (`outcomes.classify`, the definition the protocols use), summary numbers, and its loss
   spikes with their size and recovery (`outcomes.spikes`)."""
   rows = []
@@ -25,7 +25,8 @@ def run_table(page, runs) -> str:
     verdict = (outcomes.classify(run.summary, loss, warmup, outcomes.DID_NOT_LEARN_FRACTION)
                if runs_lib.is_finished(run) else "-")  # a preempted run is not judged
     spikes = markdown.spikes(outcomes.spikes(loss, warmup, outcomes.SPIKE_REBOUND)) if loss else "-"
-    rows.append([page.link(run.name, run.path), run.status, verdict, markdown.number(runs_lib.value(run, "step")),
+    status = f"{run.status}: {run.error}" if run.error else run.status
+    rows.append([page.link(run.name, run.path), status, verdict, markdown.number(runs_lib.value(run, "step")),
                  *(write(runs_lib.value(run, key)) for _, key, write in COLUMNS), spikes])
   return markdown.table(["run", "status", "outcome", "step", *(h for h, _, _ in COLUMNS), "loss spikes"], rows)
 
