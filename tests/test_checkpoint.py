@@ -95,3 +95,22 @@ def test_restoring_under_another_model_config_names_the_key(tmp_path, make_confi
   with pytest.raises(ConfigError, match="model.n_layer"):
     checkpoint.restore_latest(mngr, {}, {}, model_config=make_config(n_layer=3).model)
 
+
+def test_a_checkpoint_of_another_process_count_is_refused_and_kept(tmp_path):
+  """Its data positions are per process: read as a broken checkpoint, each of the run's
+  checkpoints was set aside and the run trained from step 0 (2 processes, resumed by 1)."""
+  mngr, it, config = _setup(tmp_path)
+  state = {"w": jnp.ones((2,))}
+  checkpoint.save(mngr, 1, state, it, config)
+  mngr.wait_until_finished()
+  data = tmp_path / "checkpoints/1/data"
+  position = (data / "process_0-of-1.json").read_text()
+  (data / "process_0-of-1.json").unlink()
+  for i in range(2):  # as two processes save it
+    (data / f"process_{i}-of-2.json").write_text(position)
+  mesh = sharding.make_mesh(ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1}))
+  abstract = jax.eval_shape(lambda: state)
+  with pytest.raises(ConfigError, match=r"^config error: distributed.num_processes=1: checkpoint 1 under .* "
+                                        r"was saved by 2 processes .*: resume it with as many$"):
+    checkpoint.restore_latest(mngr, abstract, {"w": sharding.replicated(mesh)}, it)
+  assert mngr.all_steps() == [1] and not (tmp_path / "checkpoints/1.unrestorable").exists()

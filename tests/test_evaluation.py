@@ -231,3 +231,13 @@ def test_the_validation_split_is_counted_in_windows_of_seq_len_plus_one(tokens, 
   else:
     with pytest.raises(ConfigError, match=error):
       evaluation.check_validation_split(c, meta)
+
+
+def test_the_decoding_counts_the_global_batchs_rows_not_this_processs(make_config):
+  """The eval step prompts the first eval.generate rows of each global batch: one of 2
+  processes, loading 4 of its 8 rows, said summary.json's gen_decoding held half as many."""
+  c = make_config()
+  c.train.batch_size, c.train.eval_batches, c.eval.generate = 8, 2, 8
+  one, two = (evaluation.Evaluator(c, eval_step=None, put_batch=None, local_batch=rows, active=True).decoding
+              for rows in (8, 4))
+  assert one == two and one.endswith(", 16 sequences")

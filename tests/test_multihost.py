@@ -133,3 +133,20 @@ def test_sigkill_then_sigterm_to_both_resume_the_same_curve(tmp_path, reference,
     assert any(f".from{step + 1}" in p.name for p in events.event_files(tmp_path))
   assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
   assert losses(tmp_path) == losses(reference / "multi")  # steps 1..24, bit-equal
+
+
+@pytest.mark.slow
+def test_a_batch_not_split_over_the_processes_is_the_global_batch(tmp_path, env):
+  """Tensor parallelism across the two processes: the batch is not split over them, so both
+  load the same rows. Each loaded its own half, and the run trained on other data than one
+  process does (its losses from step 0's eval on), silently."""
+  tensor = ["--config.train.steps=4", "--config.train.eval_every=4", "--config.model.n_head=8",
+            "--config.mesh.data=1", "--config.mesh.tensor=-1"]
+  one = dict(env, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"))
+  finish([start(tmp_path / "single", *tensor, env=one)])
+  outs = finish(start_two(tmp_path / "multi", *tensor, env=env))
+  assert "mesh {'data': 1, 'fsdp': 1, 'tensor': 8}" in outs[0], outs
+  for tag in ("train/loss", "eval/loss"):
+    (steps_one, single), (steps_two, multi) = (events.read_scalars(tmp_path / run)[tag] for run in ("single", "multi"))
+    assert steps_one.tolist() == steps_two.tolist()
+    np.testing.assert_allclose(multi, single, rtol=1e-5, err_msg=tag)

@@ -101,3 +101,20 @@ def test_a_stack_of_estimates_spreads_over_the_devices_its_sequences_leave(mesh_
   with sharding.activation_layout(AbstractMesh(mesh_sizes, sharding.AXES), c.mesh):
     jaxpr = jax.make_jaxpr(lambda x: sharding.spread(x, layers.RESIDUAL))(jnp.ones(shape))
   assert jaxpr.eqns[0].params["sharding"].spec[0] == lead
+
+
+@pytest.mark.parametrize("held,want", [
+    ({0: {0, 1}, 1: {2, 3}}, [(0, 2), (1, 2)]),              # the batch split over the processes
+    ({0: {0}, 1: {0}}, [(0, 1), (0, 1)]),                    # tensor across them: the same rows on both
+    ({0: {0}, 1: {0}, 2: {1}, 3: {1}}, [(0, 2)] * 2 + [(1, 2)] * 2),  # pairs of processes share rows
+    ({0: {0, 2}, 1: {1, 3}}, [(0, 2), (1, 2)]),              # a TPU order: each process's blocks apart
+    ({1: {2, 3}, 0: {0, 1}}, [(0, 2), (1, 2)]),
+])
+def test_each_process_loads_the_rows_its_devices_hold(held, want):
+  assert [sharding.share_of(held, p, {}) for p in sorted(held)] == want
+
+
+@pytest.mark.parametrize("held", [{0: {0, 1}, 1: {1, 2}}, {0: {0}, 1: {1, 2}}])
+def test_processes_holding_overlapping_or_unequal_rows_are_a_config_error(held):
+  with pytest.raises(ConfigError, match="overlapping or unequal"):
+    sharding.share_of(held, 0, {})

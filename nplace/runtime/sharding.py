@@ -200,6 +200,31 @@ def batch_sharding(mesh: Mesh, mesh_config, trials: bool = False, stacked: bool 
   return NamedSharding(mesh, PartitionSpec(*lead, batch_axes, None))
 
 
+def process_share(mesh: Mesh, mesh_config) -> tuple[int, int]:
+  """(i, n): this process loads the i-th of n equal shares of a global batch's rows, the rows
+  its devices hold under batch_sharding. n is the process count where the batch splits over the
+  processes (the usual layout), less where it does not (mesh.tensor across hosts): processes
+  whose devices hold the same rows must load the same rows. Each loading its own 1/P of the
+  batch, the devices held other rows on each host and the run trained on B/P rows, silently."""
+  ways = _ways(mesh.shape, dict(rules(mesh_config)).get("batch"))
+  block = batch_sharding(mesh, mesh_config).devices_indices_map((ways, 1))  # device -> its block of rows
+  held = {}  # process -> the blocks of rows its devices hold
+  for device in mesh.devices.flat:
+    held.setdefault(device.process_index, set()).add(block[device][0].indices(ways)[0])
+  return share_of(held, jax.process_index(), dict(mesh.shape))
+
+
+def share_of(held: dict, process: int, sizes) -> tuple[int, int]:
+  """process_share from `held` (process -> the blocks of the batch's rows its devices hold, on a
+  mesh of these sizes): the distinct sets of blocks are the shares, in the order of their first
+  block. A share need not be contiguous (a TPU mesh's device order): its rows map into its blocks."""
+  shares = sorted({tuple(sorted(blocks)) for blocks in held.values()})
+  if len({len(share) for share in shares}) > 1 or len(set().union(*held.values())) != sum(map(len, shares)):
+    raise ConfigError("mesh", sizes, f"its processes hold overlapping or unequal parts of the batch's blocks of "
+                      f"rows: {shares}")
+  return shares.index(tuple(sorted(held[process]))), len(shares)
+
+
 def trial_sharding(mesh: Mesh) -> NamedSharding:
   """One value per run of a cell, over the `trial` axis."""
   return NamedSharding(mesh, PartitionSpec(TRIAL))

@@ -94,7 +94,8 @@ class Cell:
     self.run_shardings = train_state.shardings(self.config, self.run_mesh) if self.stacked else self.state_shardings
     self.batch_sharding = sharding.batch_sharding(self.mesh, self.config.mesh, trials=self.stacked)
     self.eval_batch_sharding = sharding.batch_sharding(self.mesh, self.config.mesh, stacked=True)
-    self.local_batch = self.config.train.batch_size // jax.process_count()
+    self.share = sharding.process_share(self.mesh, self.config.mesh)  # (i, n): this process loads share i of n
+    self.local_batch = self.config.train.batch_size // self.share[1]
     self._rows = [None] * len(runs)  # each run's last batch rows (a stopped run is fed them again)
     if self.stacked:
       trials = sharding.trial_sharding(self.mesh)
@@ -111,7 +112,7 @@ class Cell:
     """Each run's train iterator: its own seed, so its own order of the windows."""
     for run in self.runs:
       run.iterator = loader.make_iterator(run.config.data, "train", self.local_batch, seed=run.config.seed,
-                                          shuffle=True)
+                                          shuffle=True, process_index=self.share[0], process_count=self.share[1])
 
   def restore(self):
     """(state, step): the runs' newest common checkpoint, or (None, 0)."""

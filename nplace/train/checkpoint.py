@@ -189,6 +189,20 @@ def why_not(error: Exception) -> str:
   return f"{type(error).__name__}: {text.splitlines()[0][:300]}" if text else type(error).__name__
 
 
+def _check_data_processes(mngr, step) -> None:
+  """ConfigError unless checkpoint `step` holds this process's data position: grain saves one per
+  process (`process_<i>-of-<n>.json`), so a run saved by n processes resumes only with n. Read
+  as a broken checkpoint, every checkpoint of the run was set aside and it trained from step 0."""
+  data, n = mngr.directory / str(step) / "data", jax.process_count()
+  if not data.is_dir() or (data / f"process_{jax.process_index()}-of-{n}.json").exists():
+    return
+  saved = sorted({name.partition("-of-")[2].removesuffix(".json") for name in (p.name for p in data.iterdir())
+                  if name.startswith("process_") and name.endswith(".json")})
+  if saved:
+    raise ConfigError("distributed.num_processes", n, f"checkpoint {step} under {mngr.directory} was saved by "
+                      f"{' or '.join(saved)} processes (each saved its own data position): resume it with as many")
+
+
 def _restore(mngr, step, target, data_iterator, model_config):
   """The state of checkpoint `step`; the data iterator set in place (when it holds one)."""
   _quiet_echoes_of_reads(mngr.directory)
@@ -196,6 +210,7 @@ def _restore(mngr, step, target, data_iterator, model_config):
   if model_config is not None:
     check_model(saved_config(mngr, step), model_config, step)
   if data_iterator is not None and "data" in mngr.metadata(step).item_handlers:
+    _check_data_processes(mngr, step)
     items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
   return mngr.restore(step, args=ocp.args.Composite(**items))["state"]
 

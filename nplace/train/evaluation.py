@@ -21,11 +21,13 @@ from nplace.train.summary import eval_fields
 
 class Evaluator:
   """params -> {name: value} over the first `train.eval_batches` validation batches (always
-  the same ones). Text scores are computed where `active` (process 0: the one that writes)."""
+  the same ones). Text scores are computed where `active` (process 0: the one that writes).
+  `share` (i, n): this process loads share i of n of each batch (sharding.process_share); None:
+  share jax.process_index() of jax.process_count()."""
 
-  def __init__(self, config, eval_step, put_batch, local_batch: int, active: bool):
+  def __init__(self, config, eval_step, put_batch, local_batch: int, active: bool, share=None):
     self.config, self.eval_step, self.put_batch = config, eval_step, put_batch
-    self.local_batch, self.active = local_batch, active
+    self.local_batch, self.active, self.share = local_batch, active, share or (None, None)
     self.decode, text = scores.text_decoder(config.data)
     self.rouge_text = text if config.eval.rouge else None  # what ROUGE compares
     self.rouge = scores.rouge_of_rows(config.data, self.decode)
@@ -33,7 +35,8 @@ class Evaluator:
     self.scored = bool(self.rouge_text) or not self.bertscore_note
     self.decoding = None  # how the eval step's continuations are decoded (summary.gen_decoding)
     if steps.generates(config) and self.scored:
-      T, sequences = config.data.seq_len, config.train.eval_batches * min(config.eval.generate, local_batch)
+      # the eval step prompts the first rows of each global batch, whatever this process loads
+      T, sequences = config.data.seq_len, config.train.eval_batches * min(config.eval.generate, config.train.batch_size)
       prompt = steps.prompt_length(T)
       self.decoding = f"greedy, prompt {prompt} tokens, {T - prompt} generated, {sequences} sequences"
     self._copy = None  # the copy baseline: the same validation batches at every evaluation
@@ -53,7 +56,8 @@ class Evaluator:
   def outputs(self, params) -> dict:
     """The eval step's outputs (on the host), [J, ...] each: the validation batches in one call,
     so that their continuations are decoded in one loop."""
-    val = loader.make_iterator(self.config.data, "val", self.local_batch, seed=self.config.seed, shuffle=False)
+    val = loader.make_iterator(self.config.data, "val", self.local_batch, seed=self.config.seed, shuffle=False,
+                               process_index=self.share[0], process_count=self.share[1])
     batches_JBT1 = np.stack([next(val) for _ in range(self.config.train.eval_batches)])
     return jax.device_get(self.eval_step(params, self.put_batch(batches_JBT1)))
 
