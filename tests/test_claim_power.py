@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from nplace.protocol import PERMUTATION, Claim
-from nplace.studies import collapse, depth_growth, exact, grid, growth_curves, judge, lr_sensitivity, results
+from nplace.studies import collapse, depth_growth, exact, grid, growth_curves, intervals, judge, lr_sensitivity, results
 from nplace.studies import measures as measures_lib
 from nplace.studies.report import tables
 from nplace.studies import three_way
@@ -266,6 +266,38 @@ def test_holm_is_applied_over_the_fixed_rate_comparisons():
   assert verdicts["pre_fails_at_tuned"].verdict == v.NOT_TESTABLE
 
 
+def test_a_failure_rate_counts_every_failed_run_and_a_comparison_reads_its_own_rate():
+  """failure_rate counts a run that did not learn as failed (not only a divergence); fails_more
+  compares the arms at the claim's rate only: Pre-LN failing every run at the tuned rate says
+  nothing about the edge, where both arms fail 5 of 30."""
+  tuned, protocol = STABILITY.TUNED_LR, fixed_protocol()
+  trials = [fixed_trial("Pre-LN", tuned, seed, failed=i < 6) for i, seed in enumerate(STABILITY.FIXED_SEEDS)]
+  trials += [fixed_trial("Peri-LN", tuned, seed, failed=False) for seed in STABILITY.FIXED_SEEDS]
+  trials += [fixed_trial(arm, EDGE, seed, failed=i < 5) for arm in ("Pre-LN", "Peri-LN")
+             for i, seed in enumerate(STABILITY.FIXED_SEEDS)]
+  measures = lr_sensitivity.Measures(protocol, STABILITY.ARMS_V4, trials)
+  rate = _claim(protocol, "pre_fails_at_tuned")  # the seed's 1 of 5
+  data = three_way.sample(rate, protocol, measures)
+  assert int(data.failed_R.sum()) == 6 and three_way.decide(rate, protocol, data).verdict == v.REPRODUCED
+  edge = _claim(protocol, "pre_fails_more_at_edge")
+  data = three_way.sample(edge, protocol, measures)
+  assert list(data.by_stratum) == [(DEPTH_12, EDGE)]
+  assert three_way.decide(edge, protocol, data).verdict == v.INCONCLUSIVE
+
+
+def test_divergences_count_diverged_runs_only():
+  """pre_diverges_more counts divergences: Pre-LN runs that stall at the frequency loss (did not
+  learn) at the top three rates, Peri-LN learning everywhere, show no divergence to compare."""
+  protocol = STABILITY.PROTOCOL_V4_REJUDGED
+  claim = _claim(protocol, "pre_diverges_more")
+  trials = [fixed_trial(arm, lr, seed, failed=arm == "Pre-LN" and lr > 0.05)
+            for arm in ("Pre-LN", "Peri-LN") for lr in STABILITY.LRS for seed in range(5)]
+  measures = lr_sensitivity.Measures(protocol, {a: STABILITY.ARMS_V4[a] for a in ("Pre-LN", "Peri-LN")}, trials)
+  assert sum(p.outcome == "did_not_learn" for p in measures.points) == 15
+  found = three_way.decide(claim, protocol, three_way.sample(claim, protocol, measures))
+  assert found.counts == (0, 35, 0, 35) and found.verdict == v.INCONCLUSIVE
+
+
 def test_strata_where_every_run_failed_or_none_did_reproduce_nothing():
   """Divergences with every (shape, rate) stratum saturated or empty: no test can decide."""
   protocol = STABILITY.PROTOCOL_V4_REJUDGED
@@ -287,6 +319,8 @@ def test_a_never_failing_claim_is_rarely_reproduced_at_the_never_rate():
   verdict_of = lambda k: three_way.decide(claim, protocol, three_way.Rate(np.arange(30) < k, never)).verdict
   assert _binomial_share(30, never, verdict_of) <= 0.05
   assert verdict_of(30) == v.CONTRADICTED
+  # 2 of 30: [0.008, 0.221] holds never_rate, its low end below it: neither way
+  assert verdict_of(2) == v.INCONCLUSIVE
 
 
 def test_incomplete_sweeps_and_seeds_stable_nowhere_are_not_testable():
@@ -400,6 +434,9 @@ def test_seeds_with_no_spread_exactly_at_the_margin_reproduce_nothing():
     (np.ones(3), np.full(4, 2.0), None, v.INCONCLUSIVE),
     # `better` stable at the sweep's top rate (-log10 of it, 1): its lead is a floor, and still clears
     (np.ones(5), np.full(5, 2.0), 1.0, v.REPRODUCED),
+    # `worse` stable at the top rate in one seed of five (p = 6/252 clears 0.025): that seed's edge
+    # may lie higher still, so the lead is not shown
+    (np.zeros(5), np.array([0.0, 1.0, 1.0, 1.0, 1.0]), 0.0, v.INCONCLUSIVE),
 ])
 def test_permutation_verdicts_read_each_tail_at_half_the_level(better, worse, top, want):
   """max_stable_lr's exact tests: each one-sided test at (1 - interval) / 2, the `against` test
@@ -424,6 +461,23 @@ def test_a_claim_given_another_is_at_most_inconclusive_while_that_one_is_not_rep
     assert found.verdict == v.INCONCLUSIVE and f"while `lead` is {lead_verdict}" in found.would_change
   contradicted = dataclasses.replace(holds, verdict=v.CONTRADICTED)  # only a reproduction is capped
   assert three_way._given(contradicted, [dataclasses.replace(lead, verdict=v.INCONCLUSIVE), contradicted]) == contradicted
+
+
+def test_the_false_positive_rate_is_the_largest_share_over_the_claims_nulls(monkeypatch):
+  """`operating`'s first number: of two nulls, one never reproduced and one always, the page
+  states the worse (1.0), not the kinder."""
+  protocol = STABILITY.PROTOCOL_V4_REJUDGED
+  claim = _claim(protocol, "peri_flatter")
+  spread = np.array([0.0, 0.01, -0.01, 0.02, -0.02])
+  never = three_way.Shifts({DEPTH_12: (1.0 + spread, 1.0 + spread)}, 0.05)
+  always = three_way.Shifts({DEPTH_12: (1.0 + spread, 2.0 + spread)}, 0.05)
+
+  class TwoNulls(three_way.Shifts):
+    def nulls(self, claim):
+      return [lambda claim, rng: never, lambda claim, rng: always]
+  monkeypatch.setattr(three_way, "sample", lambda claim, protocol, measures: TwoNulls(always.by_shape, 0.05))
+  assert claim.power_at is not None
+  assert three_way.operating(claim, protocol, None, seed=0) == (1.0, 1.0)
 
 
 def test_a_nan_seed_decides_nothing_under_the_permutation_test():
@@ -560,6 +614,26 @@ def test_a_falling_exponential_is_not_exponential_growth():
   claim = _v3_claim("pre_exponential")
   falling = 10 - 0.5 * np.expm1(0.05 * V3_DEPTHS) / 0.05
   assert _draws(claim, falling, 0.03, np.random.default_rng(21)) <= 0.05
+
+
+def test_a_rate_censored_at_the_fits_grid_edge_blocks_the_verdict_it_could_overturn():
+  """A seed whose r̂ sits at RATE_GRID's edge may lie beyond it: one falling seed (r̂ at the low
+  edge) among nineteen bending at 0.1 is not reproduced, though the interval clears min_rate; one seed
+  at the top edge among thirty concave ones is not contradicted, though the interval lies below."""
+  claim = _v3_claim("pre_exponential")
+  d = V3_DEPTHS
+  bent = [1 + (0.5 + 0.01 * s) * np.expm1(0.1 * d) / 0.1 for s in range(19)]
+  falling = 10 - 0.5 * np.expm1(0.05 * d) / 0.05
+  data = growth_curves.Curves(tuple(d), np.array([*bent, falling]))
+  assert data.rates()[-1] == growth_curves.RATE_GRID[0]
+  _, low, _ = intervals.mean_interval(data.rates(), PRE_V3, None)
+  assert low > PRE_V3.threshold("min_rate") and three_way.decide(claim, PRE_V3, data).verdict == v.INCONCLUSIVE
+  concave = [1 + (1 + 0.01 * s) * np.expm1(-0.05 * d) / -0.05 for s in range(30)]
+  steep = 1 + np.expm1(0.35 * d)
+  data = growth_curves.Curves(tuple(d), np.array([*concave, steep]))
+  assert data.rates()[-1] == growth_curves.RATE_GRID[-1]
+  _, _, high = intervals.mean_interval(data.rates(), PRE_V3, None)
+  assert high < PRE_V3.threshold("min_rate") and three_way.decide(claim, PRE_V3, data).verdict == v.INCONCLUSIVE
 
 
 def test_flat_growth_with_noise_growing_in_depth_is_not_exponential():

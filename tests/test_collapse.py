@@ -139,6 +139,10 @@ def test_the_order_of_events_says_when_the_probes_cannot_tell():
   after = trial("Post-LN", 3, steps=[0, 450, *collapse.READ_STEPS], ratios=(1.0, 0.5, 1e-6), plateau_from=400)
   assert collapse.order_of_events(after, PROTOCOL).outcome == collapse.PLATEAU_FIRST
   assert verdicts(_replaced(textbook(), after))["post_starves_first"].verdict == verdict.NOT_REPRODUCED
+  # starved for good from the very probe at which the loss reached its plateau: not before it
+  same = trial("Post-LN", 3, steps=[0, 250, *collapse.READ_STEPS], ratios=(1.0, 1.0, 1e-6), plateau_from=500)
+  order = collapse.order_of_events(same, PROTOCOL)
+  assert (order.last_unstarved, order.starved, order.plateau, order.outcome) == (250, 500, 500, collapse.UNRESOLVED)
 
 
 def test_the_control_that_collapses_says_the_average_not_the_size():
@@ -153,6 +157,9 @@ def test_the_control_that_collapses_says_the_average_not_the_size():
   # the control collapsing is not enough: the centered arm must escape in every seed too
   stuck = verdicts(_replaced(trials, trial("Post-LN, centered", 5)))["centered_escapes_not_by_size"]
   assert stuck.verdict == verdict.NOT_REPRODUCED and "does not escape in every seed" in stuck.would_change
+  # nor is the control collapsing in two seeds of three, its third escaping
+  mixed = verdicts(_replaced(trials, trial(control, 5, **ESCAPING)))["centered_escapes_not_by_size"]
+  assert mixed.verdict == verdict.NOT_REPRODUCED and "neither collapses nor escapes in every seed" in mixed.would_change
 
 
 # A claim about one escaping arm, each with the one seed edit that makes it false: the arm

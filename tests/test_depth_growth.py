@@ -78,6 +78,9 @@ def test_a_missing_trial_of_the_grid_leaves_the_rate_claim_not_testable():
   expected = [t.overrides for t in grid]
   measures = depth_growth.SeedMeasures(PROTOCOL, ARMS, grid[1:], expected=expected)
   assert measures.curves(claim, PROTOCOL) == "Pre: 1 trials not filed"
+  both = trials({"Pre": lambda d, s: 1 + 0.03 * d, "Peri": lambda d, s: 1 + 0.03 * d})
+  partial = depth_growth.SeedMeasures(PROTOCOL, ARMS, both[:-1], expected=[t.overrides for t in both])
+  assert partial.curves(claim, PROTOCOL) == "Peri: 1 trials not filed"  # the grid's other arm: still run in part
   curves = depth_growth.SeedMeasures(PROTOCOL, ARMS, grid, expected=expected).curves(claim, PROTOCOL)
   assert curves.depths == DEPTHS and curves.margin == 0.02 and list(curves.rates()) == [0.0] * 3
 

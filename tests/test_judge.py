@@ -21,6 +21,7 @@ class Fake:
   values: dict
   shapes: tuple = ("small", "large")
   missing: dict = dataclasses.field(default_factory=dict)  # where -> trials not filed
+  lrs: tuple = (0.01, 0.1, 1.0)  # the sweep's rates (three-way max_stable_lr reads its top)
 
   def per_seed(self, metric, arm, shape):
     return self.values[metric, arm, shape]
@@ -148,3 +149,25 @@ def test_three_way_verdicts_read_where_the_interval_lies_against_the_margin(gap,
   margin's other sign, at the interval's end the claim needs."""
   found = {x.claim.id: x.verdict for x in judge.judge(THREE_WAY, fake(flat_gap=gap, best_gap=best))}
   assert (found["flatter"], found["matches"]) == (flatter, matches)
+
+
+@pytest.mark.parametrize("protocol,short", [(PROTOCOL, v.NOT_REPRODUCED), (THREE_WAY, v.CONTRADICTED)])
+def test_a_maximum_stable_rate_gap_is_read_against_min_lr_gap_not_min_effect(protocol, short):
+  """0.2 decades clear min_effect (0.1, nats) but not min_lr_gap (0.25 decades): a gap short of
+  min_lr_gap is not reproduced (three-way: its interval lies wholly below, contradicted); 0.4 is."""
+  gap = dataclasses.replace(protocol, claims=(p.Claim("higher", "B learns at higher rates", "max_stable_lr", "B", "W"),),
+                            thresholds=PROTOCOL.thresholds + (p.Threshold("min_lr_gap", 0.25, ""),))
+
+  def verdict(decades):
+    values = {("max_stable_lr", "B", s): [1.0, 1.01, 0.99] for s in Fake.shapes}
+    values |= {("max_stable_lr", "W", s): [1.0 + decades + d for d in (0.01, -0.01, 0.0)] for s in Fake.shapes}
+    return judge.judge(gap, Fake(values))[0].verdict
+  assert verdict(0.2) == short and verdict(0.4) == v.REPRODUCED
+
+
+def test_a_three_way_claim_is_contradicted_by_one_shape_wholly_on_the_other_side():
+  """One shape's interval past the margin, the other's wholly below it: contradicted, not
+  inconclusive ("contradicted when some shape's interval lies wholly on the other side")."""
+  mixed = fake(flat_gap=0.5, best_gap=-0.05)
+  mixed.values["lr_sensitivity", "W", "large"] = [0.50 - 0.3 + d for d in (0.01, -0.01, 0.0)]
+  assert verdicts(mixed, THREE_WAY)["flatter"] == v.CONTRADICTED

@@ -54,6 +54,14 @@ def judged(measures, claim_id):
   return three_way.decide(c, LADDER.PROTOCOL, three_way.sample(c, LADDER.PROTOCOL, measures))
 
 
+def test_a_true_edge_is_measured_at_the_grid_point_below_it_with_bounds_past_the_sweep():
+  """What the nulls and alternatives draw through: at or above the sweep's top a floor at the
+  top, below its lowest rate a ceiling one step under it."""
+  found = ladder.measured([0.3, 0.0, -0.2, -1.0, -1.2], (-1.0, 0.0), 0.5)
+  assert found == [ladder.Edge(0.0, ladder.FLOOR), ladder.Edge(0.0, ladder.FLOOR), ladder.Edge(-0.5),
+                   ladder.Edge(-1.0), ladder.Edge(-1.5, ladder.CEILING)]
+
+
 def test_a_seed_s_edge_is_its_highest_stable_rate_and_bounds_are_marked():
   measures = build({("Pre-LN", 32): [-1.0, 0.0, -3.5]})
   assert measures.edges("Pre-LN", 32) == [ladder.Edge(-1.0), ladder.Edge(0.0, ladder.FLOOR),
@@ -79,6 +87,33 @@ def test_separation_reads_above_below_and_overlap_with_bounds_on_the_claim_s_sid
   found = judged(build({("Peri-LN", 32): [0.0, -0.5, -0.5], ("Pre-LN", 32): [-3.5, -1.0, -1.5]}),
                  "peri_above_pre_at_every_width")
   assert found.verdict == v.REPRODUCED
+
+
+def test_one_width_below_contradicts_a_separation_and_a_gap_under_the_margin_is_neither():
+  """Contradicted when `worse` is above at some width (not every one); on a grid finer than
+  min_lr_gap (0.2-decade steps), a gap of one step either way is neither above nor below."""
+  found = judged(build({("Peri-LN", 32): [-0.5] * 3, ("Pre-LN", 32): [-1.5] * 3,
+                        ("Peri-LN", 64): [-1.5] * 3, ("Pre-LN", 64): [-0.5] * 3}), "peri_above_pre_at_every_width")
+  assert found.verdict == v.CONTRADICTED and "width 32: above; width 64: below" in found.would_change
+  fine = (-1.6, -1.4, -1.2, -1.0, -0.8, -0.6)
+  for peri, pre in ((-1.0, -0.8), (-0.8, -1.0)):
+    measures = build({("Peri-LN", 32): [peri] * 3, ("Pre-LN", 32): [pre] * 3},
+                     rates={("Peri-LN", 32): fine, ("Pre-LN", 32): fine})
+    assert measures.step == 0.2
+    found = judged(measures, "peri_above_pre_at_every_width")
+    assert found.verdict == v.INCONCLUSIVE and "width 32: overlapping" in found.would_change, (peri, pre)
+
+
+def test_a_trend_wholly_on_the_other_side_of_its_margin_is_contradicted():
+  """gap_holds is contradicted by a gap that narrows (its slope's interval wholly below
+  -hold_band), not only one that widens; pre_edge_falls is contradicted when its slope's low end
+  is above -slope_margin (-0.1), though below +0.1."""
+  narrows = {("Pre-LN", w): [-3.0] * 3 for w in X}
+  narrows.update({("Peri-LN", w): [e] * 3 for w, e in zip(X, (-0.5, -1.0, -2.0, -2.5))})
+  found = judged(build(narrows), "gap_holds")
+  assert found.effects[0].high < -0.5 and found.verdict == v.CONTRADICTED and "narrows" in found.would_change
+  found = judged(build({("Pre-LN", w): [e] * 3 for w, e in zip(X, (-2.0, -1.5, -1.5, -1.5))}), "pre_edge_falls")
+  assert -0.1 < found.effects[0].low < 0.1 and found.verdict == v.CONTRADICTED
 
 
 def test_a_trend_s_slope_is_the_least_squares_slope_of_the_width_means():
@@ -401,6 +436,9 @@ def test_a_tuned_rate_moving_above_the_edge_does_not_near_it():
   measures = blown_ladder(edges, tuned)
   assert [measures.tuned(PRE, w)[0] - measures.edges(PRE, w)[0].value for w in (32, 64, 128)] == [-0.5, 0.0, 0.5]
   assert judged(measures, "tuned_nears_edge").verdict != v.REPRODUCED
+  tuned[PRE, 128] = [-1.0, -1.5, -1.5]  # one seed of three tuned above its edge
+  found = judged(blown_ladder(edges, tuned), "tuned_nears_edge")
+  assert found.verdict == v.NOT_TESTABLE and "at or below the edge in every seed of width 128" in found.would_change
 
 
 def test_a_prediction_within_tolerance_is_scored_right_at_the_blind_rung():

@@ -136,6 +136,10 @@ def test_a_stuck_run_did_not_learn_and_is_never_called_diverged():
   assert outcomes.classify(s, loss, WARMUP, DID_NOT_LEARN) == outcomes.LEARNED
   s, loss = run(FREQ - 0.08 * (FREQ - RATE), [5.0, 4.3, 4.25])  # 0.08 of them: did not, just
   assert outcomes.classify(s, loss, WARMUP, DID_NOT_LEARN) == outcomes.DID_NOT_LEARN
+  # exactly the fraction (0.5 of 5 learnable nats, 0.1 to the last bit) is not "less than" it: learned
+  exact = summary(val_loss=4.5, frequency_loss=5.0, entropy_rate=0.0)
+  assert outcomes.learned_fraction(exact) == 0.1
+  assert outcomes.classify(exact, [(10, 5.5), (20, 4.6), (30, 4.5)], WARMUP, 0.1) == outcomes.LEARNED
 
 
 def test_a_plateau_is_the_last_quarters_mean_within_the_margin():

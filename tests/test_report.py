@@ -419,6 +419,25 @@ def test_a_filing_whose_page_fails_says_nothing_was_filed(grid, tmp_path, capsys
   assert snapshot(results_dir) == before
 
 
+def test_a_sweep_keeps_no_trials_of_another_grid_filed_under_its_name(tmp_path):
+  """results/NAME holds one grid's trials: filing a sweep of stability.py:cpu where a grid of
+  another file of the same stem and ARG (so the same NAME) was filed keeps none of the other's."""
+  from nplace.studies import grid as grid_lib, results
+  spec = f"{ROOT / 'experiments' / 'stability.py'}:cpu"
+  sweep = grid_lib.load_module(ROOT / "experiments" / "stability.py").get_sweep("cpu")[:2]
+  summary = Summary(step=1000, val_loss=2.0, frequency_loss=4.48, entropy_rate=1.45).to_dict()
+  record = [{"name": grid_lib.trial_name(o), "workdir": grid_lib.trial_name(o), "command": "nplace train",
+             "overrides": o, "status": "completed", "summary": summary} for o in sweep]
+  (tmp_path / "sweep").mkdir()
+  (tmp_path / "sweep" / "sweep.json").write_text(json.dumps({"config": spec, "trials": record}))
+  declared = results._declared(spec)
+  other = results.Study(tmp_path / "results" / "stability_cpu", "experiments/archive/stability.py:cpu",
+                        [results.Trial("lr=9,seed=0", {}, Summary(step=10), [], 0, 512)])
+  filing = results.file_sweep(tmp_path / "sweep", tmp_path / "results", declared, {"stability_cpu": other})
+  assert [t.name for t in filing.study.trials] == [t["name"] for t in record]
+  assert (filing.added, filing.kept) == ([t["name"] for t in record], 0)
+
+
 def test_results_on_an_empty_directory_is_one_line_and_writes_nothing(tmp_path, capsys):
   assert "nothing is filed here" in refused(capsys, "--results", tmp_path)
   assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from nplace.studies import grid
+from nplace.studies import grid, results
 from nplace.studies.report import page as results_page
 from nplace.studies.runs import RunsError
 from nplace.studies.results import Trial
@@ -78,6 +78,20 @@ def test_a_sweep_run_in_part_is_judged_at_every_horizon_and_says_what_is_missing
   assert "| 0.1, 0.1, 0.1, 0.1, 0.1 |" in row and "| 10 / 0 of 35 |" in row and row.endswith("| yes |")
   peri = next(line for line in page.splitlines() if line.startswith("| depth 6, width 32 | Peri-LN |"))
   assert "| 0.32, 0.32, 0.32, 0.32, 0.32 |" in peri and "| 0 / 5 of 35 |" in peri
+
+
+def test_a_widened_grid_reuses_only_the_listed_trials_it_has_not_filed_itself(tmp_path):
+  """cpu_wide with one of cpu's trials filed itself: that trial once (its own record), cpu's other
+  listed trials beside it, and the count says how many are cpu's."""
+  module = grid.load_module(RESULTS.parent / "experiments" / "stability.py")
+  found = grid.load_grid(RESULTS.parent / "experiments" / "stability.py")
+  sweep = [o for o in module.get_sweep("cpu") if o["model.n_layer"] == 6][:3]
+  cpu = results.Study(tmp_path / "stability_cpu", "experiments/stability.py:cpu", [_constructed_trial(o) for o in sweep])
+  again = dataclasses.replace(_constructed_trial(sweep[0]), warmup=60)
+  own = results.Study(tmp_path / "stability_cpu_wide", "experiments/stability.py:cpu_wide", [again])
+  judged = results.with_reused(own, found, "cpu_wide", {"stability_cpu": cpu})
+  assert [t.name for t in judged.trials] == [grid.trial_name(o) for o in sweep]
+  assert judged.trials[0] is again and judged.reused == (("stability_cpu", 2),)
 
 
 @pytest.mark.slow

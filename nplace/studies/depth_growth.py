@@ -21,7 +21,7 @@ FLOAT16_MAX = 65504.0  # float16's largest finite value (bfloat16's is 3.4e38)
 
 class SeedMeasures:
   """A growth grid's trials by arm, depth and seed. `expected`: the grid's trials' overrides, so
-  that a missing depth or seed leaves a claim not testable."""
+  that a grid run in part (any arm's trial not filed) leaves every rate claim not testable."""
 
   SHAPE = "as configured"  # the claims hold in one setting here: no weight-decay axis
 

@@ -10,8 +10,9 @@ rates and powers come from the code that gives the verdicts.
   ceiling one step below the bottom (`CEILING`).
 - Separation (`ABOVE`): at each width where both arms ran, `better` is above `worse` when every
   seed of it is above every seed of the other by more than `min_lr_gap`, a bound counting where
-  it lies on the claim's side; below when no pair differs by more than the margin, bounds taken
-  against the claim. Reproduced when above at every width, contradicted when below at one.
+  it lies on the claim's side; below in the mirror case (every seed of `worse` above every seed
+  of `better` by more than the margin, a bound counting where it lies on that side). Reproduced
+  when above at every width, contradicted when below at one.
 - Trends (`GAP_WITHIN`, `SLOPE_BELOW`, `DISTANCE_BELOW`): the least-squares slope of a per-width
   mean against log10 parameters, its interval from draws that resample each series' seeds at each
   width (spread by sqrt(n / (n - 1))) and move each (series, width) by one offset shared by its
