@@ -151,7 +151,8 @@ class TrainConfig(Section):
   """config.train: the loop."""
   steps: int = key(1000, "optimizer steps in the run")
   batch_size: int = key(8, "sequences per optimizer step, global over all devices")
-  grad_accum: int = key(1, "microbatches per step (batch_size must divide by it); gradients are summed in the step")
+  grad_accum: int = key(1, "microbatches per step (batch_size must divide by it); their losses and gradients are "
+                        "averaged: the update of one step on the whole batch, to rounding")
   log_every: int = key(10, "write train/* and perf/* scalars every N steps")
   eval_every: int = key(100, "evaluate on the validation split every N steps (and at the end)")
   eval_batches: int = key(4, "validation batches per evaluation (always the same ones)")

@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from nplace.config import ModelConfig
 from nplace.model import decoder
+from nplace.placements import PLACEMENTS
 from nplace.train import state as train_state, steps
 from nplace.data import synthetic
 from nplace.probes import suite
@@ -58,14 +60,43 @@ def test_bfloat16_state_stays_float32(runs):
   assert dtypes == {jnp.dtype(jnp.float32)}
 
 
-def test_bfloat16_computes_in_bfloat16_with_float32_norm_statistics_and_logits():
-  cfg = tiny_config(dtype="bfloat16", placement="peri").model
+def equations(jaxpr):
+  """Every equation of a jaxpr, those of its scans, conds, remats and custom rules included."""
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else (value,):
+        sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's
+        if hasattr(sub, "eqns"):
+          yield from equations(sub)
+
+
+# What softmax, log-softmax and the norm statistics are made of; gelu's tanh, a score's scale are not.
+SENSITIVE = ("exp", "log", "sqrt", "rsqrt", "reduce_max", "reduce_sum")
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_bfloat16_computes_in_bfloat16_with_float32_norm_statistics_softmax_and_loss(placement):
+  """Every placement, by the head's two losses, chunked or not: the residual stream in bfloat16,
+  the norm statistics, attention probabilities and logits float32, and every exponential,
+  logarithm, square root and sum of the forward loss taken in float32."""
+  cfg = tiny_config(dtype="bfloat16", placement=placement, attention_impl="xla").model  # xla: sows the probabilities
   apply = functools.partial(decoder.apply, cfg, mutable=["intermediates"])
   logits, sown = jax.eval_shape(apply, decoder.abstract_params(cfg), jax.ShapeDtypeStruct((1, 5), jnp.int32))
-  blocks = sown["intermediates"]["blocks"]
-  assert blocks["h"][0].dtype == jnp.bfloat16  # the residual stream
-  assert blocks["attn_norm_in"]["r"][0].dtype == jnp.float32
+  assert sown["intermediates"]["blocks"]["h"][0].dtype == jnp.bfloat16  # the residual stream
+  assert sown["intermediates"]["blocks"]["attn"]["probs"][0].dtype == jnp.float32
+  norms = {jax.tree_util.keystr(path): r.dtype for path, r in jax.tree_util.tree_leaves_with_path(sown)
+           if path[-2].key == "r"}
+  assert set(norms.values()) <= {jnp.dtype(jnp.float32)} and bool(norms) == (placement != "rezero"), norms
   assert logits.dtype == jnp.float32
+  for head in ({}, {"head_loss": "one_hot", "loss_chunks": 3}):
+    c = ModelConfig.of(tiny_config(dtype="bfloat16", placement=placement, **head).model)
+    jaxpr = jax.make_jaxpr(functools.partial(decoder.loss, c))(decoder.abstract_params(c),
+                                                               jax.ShapeDtypeStruct((2, 13), jnp.int32))
+    low = {(e.primitive.name, str(e.invars[0].aval.dtype)) for e in equations(jaxpr.jaxpr)
+           if e.primitive.name in SENSITIVE and e.invars[0].aval.dtype != jnp.float32}
+    assert not low, (head, low)
+    assert jaxpr.out_avals[0].dtype == jnp.float32
 
 
 @pytest.mark.slow

@@ -5,6 +5,8 @@ import json
 import pathlib
 import urllib.parse
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from PIL import Image
@@ -13,8 +15,9 @@ from tensorboard.backend.event_processing import event_accumulator
 from nplace.commands import main
 from nplace.logs import plots
 from nplace.logs.writer import Writer
-from nplace.probes import catalog, history, summaries
+from nplace.probes import catalog, history, suite, summaries
 from conftest import tiny_config
+import probe_reference as ref
 
 TINY = str(pathlib.Path(__file__).resolve().parent.parent / "experiments/tiny.py")
 SMALL = ["--config.model.n_layer=2", "--config.model.d_model=32", "--config.model.remat=none",
@@ -171,3 +174,22 @@ def test_theory_curves_are_the_placements_own():
   assert set(peri) == {"rms"} and peri["rms"][1].endswith("+ rms(b)")
   rms_norm = summaries.theory_curves(tiny_config(placement="peri", n_layer=3, norm="rmsnorm"), results, 5)
   assert "rms(b)" not in rms_norm["rms"][1]
+
+
+@pytest.mark.slow
+def test_the_probes_read_the_same_values_whatever_the_levers():
+  """The suite runs the model as configured (its attention always the einsums): with a remat
+  policy, fused q/k/v, an unrolled layer scan, the fused attention and the train loss's levers
+  set, every probe, the spectral norms included, reads what it reads on the plain model (Peri-LN
+  with the embedding norm, random parameters, the same key)."""
+  plain = tiny_config(placement="peri", embed_norm=True)
+  plain.probe.update(power_iters=2, hutchinson_probes=1, batch_size=2)
+  levered = plain.copy_and_resolve_references()
+  levered.model.update(remat="dots", qkv_projection="fused", scan_unroll=2, attention_impl="dot_product",
+                       loss_chunks=3, head_loss="one_hot")
+  params = ref.random_params(plain.model, 0, std=0.2)
+  batch = jnp.asarray(np.random.default_rng(1).integers(0, plain.model.vocab_size, (2, 13)), jnp.int32)
+  want, got = (suite.suite(c, params, batch, jax.random.key(3)) for c in (plain, levered))
+  assert set(got) == set(want) and "jacobian_spectral" in want
+  for name in want:
+    np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)

@@ -15,7 +15,7 @@ import optax
 import pytest
 
 from conftest import tiny_config, xla_flags
-from nplace.config import OptimConfig
+from nplace.config import ModelConfig, OptimConfig
 from nplace.runtime import sharding
 from nplace.train import optim, state as train_state, steps
 
@@ -150,6 +150,46 @@ def test_a_cell_traces_lr_weight_decay_and_eps_with_the_bits_of_constants():
       np.testing.assert_array_equal(argument, constant, err_msg=f"{placement} dt {dt}")
 
 
+LEVERS = {"model": dict(remat="full", loss_chunks=3, head_loss="one_hot", qkv_projection="fused", scan_unroll=2,
+                        attention_impl="xla"),
+          "train": dict(grad_accum=2, update_guard="cond")}
+
+
+@pytest.mark.slow
+def test_a_cell_with_the_levers_on_steps_each_run_as_the_plain_step_alone():
+  """A cell of two runs apart in lr and dt (traced: dt reaches the scanned, rematerialised blocks),
+  with every speed and memory lever on, takes each run's two steps as its lone run with none of
+  them: the same losses and parameters to float32 rounding (Peri-LN with the embedding norm)."""
+  from nplace.train import cell as cell_lib
+  c = tiny_config(placement="peri", embed_norm=True)
+  c.train.update(batch_size=4, steps=10)
+  c.optim.update(warmup_steps=0, eps=1e-3)
+  runs = [c.copy_and_resolve_references() for _ in range(2)]
+  runs[1].optim.lr, runs[1].model.dt = 3e-3, 0.5
+  states = [train_state.start_from(r, steps.decoder.init(ModelConfig.of(r.model), jax.random.key(i)))
+            for i, r in enumerate(runs)]
+  batches = jax.random.randint(jax.random.key(8), (2, 2, 4, c.data.seq_len + 1), 0, c.model.vocab_size)
+  levered = c.copy_and_resolve_references()
+  for section, keys in LEVERS.items():
+    levered[section].update(keys)
+  varying = ("optim.lr", "model.dt")
+  assert cell_lib.varying(runs) == varying
+  hyper = {key: jnp.asarray([cell_lib.value(r, key) for r in runs], jnp.float32) for key in varying}
+  cell_step, cell = jax.jit(steps.make_cell_step(levered, varying)), jax.tree.map(lambda *x: jnp.stack(x), *states)
+  cell_metrics = []
+  for batch in batches:
+    cell, m = cell_step(cell, batch, hyper, jnp.ones(2, bool))
+    cell_metrics.append((m["loss"], m["grad_norm"]))
+  for i, (run, state) in enumerate(zip(runs, states)):
+    step = jax.jit(steps.make_train_step(run))
+    for j, batch in enumerate(batches):
+      state, m = step(state, batch[i])
+      np.testing.assert_allclose([x[i] for x in cell_metrics[j]], [m["loss"], m["grad_norm"]], rtol=1e-5,
+                                 err_msg=f"run {i} step {j + 1}: loss, gradient norm")
+    for a, b in zip(jax.tree.leaves(cell["params"]), jax.tree.leaves(state["params"])):
+      np.testing.assert_allclose(a[i], b, rtol=1e-5, atol=1e-7, err_msg=f"run {i}")
+
+
 V = 8  # the stand-in model's vocabulary
 
 
@@ -163,12 +203,13 @@ def bigram_loss(cfg, params, batch_BT1, dt=None):
   return ce + 0.0 * jnp.sqrt(params["gate"]["scale"]).sum()
 
 
-def bigram_run(monkeypatch, grad_accum=1, guard="select"):
-  """(config, a fresh state, 8 sequences) of the stand-in model, under a 4-step warmup."""
+def bigram_run(monkeypatch, grad_accum=1, guard="select", clip_norm=1.0):
+  """(config, a fresh state, 8 sequences) of the stand-in model, under a 4-step warmup (its
+  gradient norm ~0.2: clipped only below that)."""
   monkeypatch.setattr(steps.decoder, "loss", bigram_loss)
   c = tiny_config()
   c.train.update(batch_size=8, grad_accum=grad_accum, steps=10, update_guard=guard)
-  c.optim.update(lr=0.1, warmup_steps=4, eps=1e-3, weight_decay=0.1)
+  c.optim.update(lr=0.1, warmup_steps=4, eps=1e-3, weight_decay=0.1, clip_norm=clip_norm)
   rng = np.random.default_rng(0)
   params = {"blocks": {"fc": {"kernel": jnp.asarray(rng.normal(size=(V, V)), jnp.float32),
                               "bias": jnp.zeros(V)}},
@@ -192,12 +233,12 @@ def reference_step(c, state, batch_BT1):
   return jax.jit(step)(state, batch_BT1)
 
 
-@pytest.mark.parametrize("grad_accum", [1, 4])
-def test_a_step_is_the_mean_loss_and_gradient_of_its_batch_and_one_adamw_update(monkeypatch, grad_accum):
+@pytest.mark.parametrize("grad_accum,clip_norm", [(1, 1.0), (4, 1.0), (4, 0.05)])
+def test_a_step_is_the_mean_loss_and_gradient_of_its_batch_and_one_adamw_update(monkeypatch, grad_accum, clip_norm):
   """Microbatches' losses and gradients are averaged, not summed (a sum is Adam-invariant but
-  for eps and clipping, and k times the logged loss and gradient norm); the logged lr is the
-  one the update used, lr/warmup at the first step."""
-  c, state, batch_BT1 = bigram_run(monkeypatch, grad_accum)
+  for eps and clipping, and k times the logged loss and gradient norm), then clipped as one
+  batch's; the logged lr is the one the update used, lr/warmup at the first step."""
+  c, state, batch_BT1 = bigram_run(monkeypatch, grad_accum, clip_norm=clip_norm)
   after, m = jax.jit(steps.make_train_step(c))(state, batch_BT1)
   loss, grad_norm, params = reference_step(c, state, batch_BT1)
   np.testing.assert_allclose(m["loss"], loss, rtol=1e-6)
@@ -218,6 +259,22 @@ def test_a_finite_loss_with_a_non_finite_gradient_is_not_applied(monkeypatch, gu
   jax.tree.map(np.testing.assert_array_equal, {k: after[k] for k in ("params", "opt_state")},
                {k: state[k] for k in ("params", "opt_state")})
   assert int(after["step"]) == 1
+
+
+@pytest.mark.parametrize("guard", ["select", "cond"])
+def test_one_non_finite_microbatch_drops_the_whole_step(monkeypatch, guard):
+  """With train.grad_accum=4, a NaN in one microbatch alone (row 0's tokens read a NaN row of the
+  table; the other microbatches' are finite) makes the step's mean loss and gradient non-finite:
+  the step is dropped whole, as a non-finite step is, not taken on the finite microbatches."""
+  c, state, batch_BT1 = bigram_run(monkeypatch, grad_accum=4, guard=guard)
+  kernel = state["params"]["blocks"]["fc"]["kernel"]
+  state["params"]["blocks"]["fc"]["kernel"] = kernel.at[V - 1].set(jnp.nan)
+  batch_BT1 = jnp.where(batch_BT1 == V - 1, 0, batch_BT1).at[0, 0].set(V - 1)  # microbatch 0 = rows 0, 4
+  after, m = jax.jit(steps.make_train_step(c))(state, batch_BT1)
+  finite = [bool(jnp.isfinite(bigram_loss(None, state["params"], batch_BT1[j::4]))) for j in range(4)]
+  assert finite == [False, True, True, True] and not bool(m["finite"]) and int(after["step"]) == 1
+  jax.tree.map(np.testing.assert_array_equal, {k: after[k] for k in ("params", "opt_state")},
+               {k: state[k] for k in ("params", "opt_state")})
 
 
 def test_a_cells_inactive_run_keeps_its_state_while_the_active_one_steps(monkeypatch):

@@ -27,7 +27,8 @@ def _sublayer(mdl, h_BTD, l, dt, position, branch: str, form: Sublayer):
   x_BTD = norm[IN](h_BTD) * jnp.asarray(p.in_scale(l, L), h_BTD.dtype)
   y_BTD = norm[OUT](F(x_BTD, position) if branch == "attn" else F(x_BTD))
   if p.rezero:
-    y_BTD = y_BTD * mdl.param(f"{branch}_alpha", nn.with_logical_partitioning(nn.initializers.zeros_init(), ()), ())
+    alpha = mdl.param(f"{branch}_alpha", nn.with_logical_partitioning(nn.initializers.zeros_init(), ()), ())
+    y_BTD = y_BTD * alpha.astype(y_BTD.dtype)  # a float32 parameter: the branch stays in the compute dtype
   dt = cfg.dt if dt is None else dt.astype(h_BTD.dtype)
   return norm[AFTER](jnp.asarray(p.residual(l, L), h_BTD.dtype) * h_BTD + dt * y_BTD)
 
