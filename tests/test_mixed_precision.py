@@ -109,3 +109,21 @@ def test_probe_suite_runs_in_bfloat16(runs):
   assert {"attention_tv", "grad_h", "jacobian_frobenius", "norm_backward"} <= set(results)
   for name, value in results.items():
     assert np.all(np.isfinite(np.asarray(value, np.float32))), name
+
+
+def test_matmul_precision_reaches_every_product_of_the_step_and_generation():
+  """model.matmul_precision=high: every dot_general of the loss's forward, its backward (the
+  transposes) and remat's recomputation, and of the KV-cached decoding, carries it, whatever the
+  process-wide default (the tests set highest); "default" leaves that default."""
+  def precisions(matmul_precision, fn):
+    cfg = ModelConfig.of(tiny_config(matmul_precision=matmul_precision, remat="full").model)
+    params = decoder.abstract_params(cfg)
+    jaxpr = jax.make_jaxpr(functools.partial(fn, cfg))(params, jax.ShapeDtypeStruct((2, 13), jnp.int32))
+    return [e.params["precision"] for e in equations(jaxpr.jaxpr) if e.primitive.name == "dot_general"]
+  grad = lambda cfg, params, batch: jax.grad(decoder.loss, argnums=1)(cfg, params, batch)
+  generate = lambda cfg, params, tokens: decoder.generate(cfg, params, tokens, prompt=6)
+  high, highest = (jax.lax.Precision.HIGH,) * 2, (jax.lax.Precision.HIGHEST,) * 2
+  for fn in (grad, generate):
+    found = precisions("high", fn)
+    assert len(found) > 10 and set(found) == {high}, set(found)
+    assert set(precisions("default", fn)) == {highest}

@@ -4,6 +4,8 @@ placement as data.
 Used functionally: `init(cfg, key)` gives a params pytree, `apply(cfg, params, tokens)` gives
 logits. `cfg` is a ModelConfig (`ModelConfig.of(config.model)`, built once by the caller).
 """
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -114,6 +116,19 @@ def logical_specs(cfg):
   return nn.get_partition_spec(_abstract_boxed(cfg))
 
 
+def _at_matmul_precision(fn):
+  """`fn(cfg, ...)` traced with its float32 products (forward, and so the backward's transposes
+  and remat's recomputation) at cfg.matmul_precision; "default" leaves the backend's choice."""
+  @functools.wraps(fn)
+  def traced(cfg, *args, **kwargs):
+    if cfg.matmul_precision == "default":
+      return fn(cfg, *args, **kwargs)
+    with jax.default_matmul_precision(cfg.matmul_precision):
+      return fn(cfg, *args, **kwargs)
+  return traced
+
+
+@_at_matmul_precision
 def apply(cfg, params, tokens_BT, **kwargs):
   """Logits [B, T, vocab] in float32. kwargs go to `Module.apply` (mutable=, ...)."""
   variables = {"params": params, **kwargs.pop("extra_variables", {})}
@@ -126,6 +141,7 @@ def apply(cfg, params, tokens_BT, **kwargs):
 DECODE_BLOCK = 2
 
 
+@_at_matmul_precision
 def generate(cfg, params, tokens_BT, prompt: int, dt=None):
   """The greedy (argmax) continuation [B, T - prompt] of each row's first `prompt` tokens, to
   the rows' length T, with a KV cache: a forward over the [B, T] buffer (the prompt, zeros
@@ -175,6 +191,7 @@ def one_hot_token_losses(cfg, table_PD, h_BTD, targets_BT):
   return jax.nn.logsumexp(logits_BTP, axis=-1) - target_BT
 
 
+@_at_matmul_precision
 def loss(cfg, params, batch_BT1, dt=None):
   """Loss on a `[B, T+1]` window: inputs are the first T tokens, targets the last T."""
   inputs_BT, targets_BT = batch_BT1[:, :-1], batch_BT1[:, 1:]
