@@ -39,8 +39,7 @@ def trial_outputs(config, rng) -> dict:
 def score_cell(config, trials: list[dict]):
   """A cell's evaluation of its trials' outputs, by a fresh evaluator (its copy baseline not yet
   computed)."""
-  evaluator = evaluation.Evaluator(config, eval_step=None, put_batch=None, local_batch=config.train.batch_size,
-                                   active=True)
+  evaluator = evaluation.Evaluator(config, eval_step=None, put_batch=None, active=True)
   return [evaluator.results(outs) for outs in trials]
 
 

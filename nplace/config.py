@@ -112,8 +112,9 @@ class ModelConfig(Section):
                    ("none", "full", "dots", "dots_no_batch"))
   dtype: str = key("float32", "compute dtype (parameters stay float32)", ("float32", "bfloat16"))
   matmul_precision: str = key("default", "float32 products' precision (jax.default_matmul_precision): default (the "
-                              "backend's: one bfloat16 pass on TPU, TF32 on NVIDIA GPUs since Ampere, float32 on CPU) "
-                              "| high | highest (float32 on every backend, several passes)", ("default", "high", "highest"))
+                              "backend's: one bfloat16 pass on TPU, TF32 on NVIDIA GPUs since Ampere, float32 on "
+                              "CPU) | high | highest (float32 on every backend, several passes)",
+                              ("default", "high", "highest"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -82,8 +82,7 @@ def scored(run):
   scores = {"untrained": {tag.removeprefix("eval/"): float(values[0]) for tag, (_, values) in logged.items()}}
   for name, forward in (("copy", copy_forward(c.model.vocab_size)),
                         ("language", language_forward(c.data, c.model.vocab_size))):
-    evaluate = evaluation.Evaluator(c, jax.jit(steps.make_eval_step(c, forward)), lambda b: b,
-                                    c.train.batch_size, active=True)
+    evaluate = evaluation.Evaluator(c, jax.jit(steps.make_eval_step(c, forward)), lambda b: b, active=True)
     scores[name] = evaluate(params=None)  # these models have no parameters
   return scores
 
@@ -238,6 +237,6 @@ def test_the_decoding_counts_the_global_batchs_rows_not_this_processs(make_confi
   processes, loading 4 of its 8 rows, said summary.json's gen_decoding held half as many."""
   c = make_config()
   c.train.batch_size, c.train.eval_batches, c.eval.generate = 8, 2, 8
-  one, two = (evaluation.Evaluator(c, eval_step=None, put_batch=None, local_batch=rows, active=True).decoding
-              for rows in (8, 4))
+  one, two = (evaluation.Evaluator(c, eval_step=None, put_batch=None, active=True, share=share).decoding
+              for share in ((0, 1), (0, 2)))
   assert one == two and one.endswith(", 16 sequences")

@@ -87,7 +87,7 @@ def test_the_evaluator_scores_synthetic_rows_as_rouge_score_scores_their_decoded
   # so that decoded words of 4 and 5 digits meet the stemmer.
   c = base_config()
   c.data.seq_len, c.train.eval_batches, c.eval.generate = 64, 3, 4
-  evaluator = evaluation.Evaluator(c, eval_step=None, put_batch=None, local_batch=16, active=True)
+  evaluator = evaluation.Evaluator(c, eval_step=None, put_batch=None, active=True)
   assert evaluator.rouge is rouge_ids.rouge and evaluator.decoding
   rng = np.random.default_rng(2)
   batches = []

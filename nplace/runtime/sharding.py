@@ -171,7 +171,8 @@ def logical_to_shardings(abstract_boxed, mesh: Mesh, mesh_config, trials: int | 
 def check_divisible(abstract, shardings) -> None:
   """Every sharded dimension must split evenly over its mesh axes; names the offending array."""
   flat, _ = jax.tree_util.tree_flatten_with_path(abstract)
-  named = [(jax.tree_util.keystr(path), leaf, sharding) for (path, leaf), sharding in zip(flat, jax.tree.leaves(shardings))]
+  named = [(jax.tree_util.keystr(path), leaf, sharding)
+           for (path, leaf), sharding in zip(flat, jax.tree.leaves(shardings))]
   # shortest name first: a parameter's (['params']['wte']...), not an AdamW moment's copy of its shape
   for name, leaf, sharding in sorted(named, key=lambda item: len(item[0])):
     for dim, axes in zip(leaf.shape, sharding.spec):

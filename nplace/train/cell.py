@@ -95,7 +95,6 @@ class Cell:
     self.batch_sharding = sharding.batch_sharding(self.mesh, self.config.mesh, trials=self.stacked)
     self.eval_batch_sharding = sharding.batch_sharding(self.mesh, self.config.mesh, stacked=True)
     self.share = sharding.process_share(self.mesh, self.config.mesh)  # (i, n): this process loads share i of n
-    self.local_batch = self.config.train.batch_size // self.share[1]
     self._rows = [None] * len(runs)  # each run's last batch rows (a stopped run is fed them again)
     if self.stacked:
       trials = sharding.trial_sharding(self.mesh)
@@ -111,8 +110,9 @@ class Cell:
   def open_data(self) -> None:
     """Each run's train iterator: its own seed, so its own order of the windows."""
     for run in self.runs:
-      run.iterator = loader.make_iterator(run.config.data, "train", self.local_batch, seed=run.config.seed,
-                                          shuffle=True, process_index=self.share[0], process_count=self.share[1])
+      i, n = self.share
+      run.iterator = loader.make_iterator(run.config.data, "train", self.config.train.batch_size // n,
+                                          seed=run.config.seed, shuffle=True, process_index=i, process_count=n)
 
   def restore(self):
     """(state, step): the runs' newest common checkpoint, or (None, 0)."""

@@ -19,8 +19,8 @@ from nplace.runtime import workdirs
 from nplace.train import state as train_state
 
 # Model keys that may change between save and restore: they do not change the function.
-FREE_MODEL_KEYS = ("init", "init_std", "attn_out_scale", "remat", "dtype", "matmul_precision", "attention_impl", "loss_chunks", "head_loss",
-                   "head_vocab_multiple", "scan_unroll", "qkv_projection")
+FREE_MODEL_KEYS = ("init", "init_std", "attn_out_scale", "remat", "dtype", "matmul_precision", "attention_impl",
+                   "loss_chunks", "head_loss", "head_vocab_multiple", "scan_unroll", "qkv_projection")
 
 
 ITEMS = {  # a checkpoint's items -> their orbax args and handler

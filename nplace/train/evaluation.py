@@ -22,12 +22,12 @@ from nplace.train.summary import eval_fields
 class Evaluator:
   """params -> {name: value} over the first `train.eval_batches` validation batches (always
   the same ones). Text scores are computed where `active` (process 0: the one that writes).
-  `share` (i, n): this process loads share i of n of each batch (sharding.process_share); None:
-  share jax.process_index() of jax.process_count()."""
+  `share` (i, n): this process loads the i-th of n shares of each batch (sharding.process_share;
+  one process's whole batch by default)."""
 
-  def __init__(self, config, eval_step, put_batch, local_batch: int, active: bool, share=None):
+  def __init__(self, config, eval_step, put_batch, active: bool, share: tuple[int, int] = (0, 1)):
     self.config, self.eval_step, self.put_batch = config, eval_step, put_batch
-    self.local_batch, self.active, self.share = local_batch, active, share or (None, None)
+    self.active, self.share = active, share
     self.decode, text = scores.text_decoder(config.data)
     self.rouge_text = text if config.eval.rouge else None  # what ROUGE compares
     self.rouge = scores.rouge_of_rows(config.data, self.decode)
@@ -56,8 +56,9 @@ class Evaluator:
   def outputs(self, params) -> dict:
     """The eval step's outputs (on the host), [J, ...] each: the validation batches in one call,
     so that their continuations are decoded in one loop."""
-    val = loader.make_iterator(self.config.data, "val", self.local_batch, seed=self.config.seed, shuffle=False,
-                               process_index=self.share[0], process_count=self.share[1])
+    i, n = self.share
+    val = loader.make_iterator(self.config.data, "val", self.config.train.batch_size // n, seed=self.config.seed,
+                               shuffle=False, process_index=i, process_count=n)
     batches_JBT1 = np.stack([next(val) for _ in range(self.config.train.eval_batches)])
     return jax.device_get(self.eval_step(params, self.put_batch(batches_JBT1)))
 
@@ -111,8 +112,7 @@ def evaluate_checkpoint(config, workdir, step=None) -> dict:
   and `gen_decoding`."""
   check_validation_split(config, prepare.read_meta(prepare.prepared_dir(config.data)))
   params, step = checkpoint.restore_params(config, workdir, step)
-  evaluator = Evaluator(config, jax.jit(steps.make_eval_step(config)), lambda b: b,
-                        config.train.batch_size, active=True)
+  evaluator = Evaluator(config, jax.jit(steps.make_eval_step(config)), lambda b: b, active=True)
   for note in evaluator.notes():
     print(note, flush=True)
   return ({"step": int(step), "rouge_text": evaluator.rouge_text, "gen_decoding": evaluator.decoding}

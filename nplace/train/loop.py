@@ -246,7 +246,7 @@ def _run(cell, meta, progress, is_main, flops_per_token: float) -> None:
   cell.compile()
   evaluator = evaluation.Evaluator(config, cell.eval_step,
                                    lambda b: jax.make_array_from_process_local_data(cell.eval_batch_sharding, b),
-                                   cell.local_batch, is_main, cell.share)
+                                   is_main, cell.share)
   peak = chips.peak_flops(cell.mesh.devices.flat[0].device_kind, config.train.peak_flops)
   mfu_per_tps = flops_per_token / (peak * cell.mesh.size) if peak else None
   for run in cell.runs:
